@@ -1,0 +1,130 @@
+"""Differences between two profiles, path by path: `diff_profiles(a, b, metric)`.
+
+Nodes of the two trees are matched by their call path (the sequence of frames from the root, each
+frame compared by kind, name, file, line and module), so the same program profiled twice lines up
+even though node ids differ. The CLI's `deepcontext diff` and the GUI's diff view both use this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import UserError
+from .profile import Frame, Profile
+
+
+@dataclass
+class DiffEntry:
+    """One call path present in either profile, with its values in A and B."""
+
+    path: tuple[Frame, ...]
+    status: str  # "changed", "new" (only in B) or "vanished" (only in A)
+    a_inclusive: float
+    b_inclusive: float
+    a_exclusive: float
+    b_exclusive: float
+    a_node: int  # node id in A, -1 when the path is new
+    b_node: int  # node id in B, -1 when the path vanished
+
+    @property
+    def delta_inclusive(self) -> float:
+        return self.b_inclusive - self.a_inclusive
+
+    @property
+    def delta_exclusive(self) -> float:
+        return self.b_exclusive - self.a_exclusive
+
+    @property
+    def relative(self) -> float | None:
+        """Relative change of the inclusive value (B/A - 1); None for a new path."""
+        if self.a_inclusive == 0:
+            return None
+        return self.b_inclusive / self.a_inclusive - 1.0
+
+
+@dataclass
+class DiffResult:
+    metric: str
+    unit: str
+    total_a: float
+    total_b: float
+    entries: list[DiffEntry] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+
+def _path_table(p: Profile, metric: str) -> tuple[list[tuple], dict[tuple, list]]:
+    """Per node: an interned path key; per key: [inclusive, exclusive, first node id]."""
+    values = p._values.get(metric, {})
+    frames = p.frames
+    parent = p.node_parent
+    node_frame = p.node_frame
+    intern: dict[tuple, int] = {}
+    key_of = [0] * len(parent)
+    paths: list[tuple] = [()]
+    table: dict[int, list] = {}
+    for n in range(1, len(parent)):
+        k = (key_of[parent[n]], node_frame[n])
+        kid = intern.get(k)
+        if kid is None:
+            kid = len(paths)
+            intern[k] = kid
+            paths.append(paths[key_of[parent[n]]] + (frames[node_frame[n]],))
+        key_of[n] = kid
+        v = values.get(n)
+        if v is None:
+            continue
+        row = table.get(kid)
+        if row is None:
+            table[kid] = [v[4], v[0], n]
+        else:  # the same path twice (sibling frames not merged): add them up
+            row[0] += v[4]
+            row[1] += v[0]
+    return paths, {paths[k]: row for k, row in table.items()}
+
+
+def diff_profiles(
+    a: Profile, b: Profile, metric: str | None = None, *, min_delta: float = 0.0
+) -> DiffResult:
+    """Paths whose inclusive or exclusive `metric` differs between A and B, ranked.
+
+    Ranking is by the absolute change of the exclusive value (where the time itself moved), ties
+    by the absolute inclusive change. Paths whose values are equal in both, or whose largest
+    absolute change is at most `min_delta`, are left out, so a profile diffed against itself
+    gives an empty result.
+    """
+    metric = metric or a.default_metric()
+    if metric not in a.metrics and metric not in b.metrics:
+        known = ", ".join(sorted(set(a.metrics) | set(b.metrics))) or "none"
+        raise UserError(f"unknown metric {metric!r} (these profiles have: {known})")
+    unit = (a.metrics.get(metric) or b.metrics[metric]).unit
+    _, ta = _path_table(a, metric)
+    _, tb = _path_table(b, metric)
+    entries = []
+    for path, (ai, ae, an) in ta.items():
+        rb = tb.get(path)
+        if rb is None:
+            bi = be = 0.0
+            bn = -1
+            status = "vanished"
+        else:
+            bi, be, bn = rb
+            status = "changed"
+        if ai == bi and ae == be:
+            continue
+        if max(abs(bi - ai), abs(be - ae)) <= min_delta:
+            continue
+        entries.append(DiffEntry(path, status, ai, bi, ae, be, an, bn))
+    for path, (bi, be, bn) in tb.items():
+        if path in ta or (bi == 0 and be == 0) or max(abs(bi), abs(be)) <= min_delta:
+            continue
+        entries.append(DiffEntry(path, "new", 0.0, bi, 0.0, be, -1, bn))
+    entries.sort(key=lambda e: (-abs(e.delta_exclusive), -abs(e.delta_inclusive), len(e.path)))
+    return DiffResult(
+        metric,
+        unit,
+        a.total(metric) if metric in a.metrics else 0.0,
+        b.total(metric) if metric in b.metrics else 0.0,
+        entries,
+    )

@@ -99,6 +99,16 @@ dctx_metric dctx_metric_id(const char *name, const char *unit, const char *descr
 void dctx_add(dctx_node node, dctx_metric metric, double value);
 /* A per-node property (e.g. input shapes, kernel grid); the last value wins. */
 void dctx_set_prop(dctx_node node, const char *key, const char *value);
+/* Called on the writer's thread before every write of the profile (checkpoint or final), so a
+ * layer with buffered data (e.g. CUPTI activity buffers) can add it to the tree first. final is 1
+ * for the last write. Returns a handle > 0, or 0 when full (16 hooks). */
+typedef void (*dctx_flush_fn)(int final, void *user);
+int dctx_register_flush_hook(dctx_flush_fn fn, void *user);
+void dctx_unregister_flush_hook(int handle);
+
+/* Run metadata (the profile's meta table); the last value per key wins. */
+void dctx_set_meta(const char *key, const char *value);
+
 /* Add a line to the profile's notes (shown by report); repeated identical notes are kept once. */
 void dctx_note(const char *message);
 

@@ -1,0 +1,122 @@
+"""`deepcontext run [options] script.py args...` (or `-m module`, or `-- python script.py`).
+
+The program runs in this interpreter, with profiling started first, exactly as `python script.py`
+would run it (sys.argv, sys.path[0], __main__); its exit status is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+from ..errors import UserError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="profile a Python program",
+        description="Profile a Python program and write a .dctx profile.",
+    )
+    p.add_argument("-o", "--output", help="profile path (default: <script>-<host>-<pid>.dctx)")
+    p.add_argument(
+        "--interval", dest="interval_ms", type=float, default=10.0, metavar="MS",
+        help="sampling interval in milliseconds (default 10)",
+    )
+    p.add_argument("--native", action="store_true", help="record native frames (libunwind)")
+    p.add_argument("--no-wall", dest="wall", action="store_false", help="do not record wall time")
+    p.add_argument(
+        "--no-counters", dest="counters", action="store_false",
+        help="do not read hardware counters (perf_event)",
+    )
+    p.add_argument(
+        "--checkpoint", dest="checkpoint_s", type=float, default=60.0, metavar="S",
+        help="write a checkpoint every S seconds (0: never; default 60)",
+    )
+    p.add_argument(
+        "--fork-children", choices=["off", "profile"], default="off",
+        help="forked children (e.g. DataLoader workers): not profiled, or each writes "
+        "<output>.<pid>.dctx",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
+    from ..session import integration_modules
+
+    for module in integration_modules():
+        add = getattr(module, "add_arguments", None)
+        if add is not None:
+            add(p)
+    p.add_argument("program", nargs=argparse.REMAINDER, help="script and its arguments")
+    p.set_defaults(func=main)
+
+
+def _split_program(args) -> tuple[str | None, str | None, list[str]]:
+    """Returns (script, module, argv rest) from `script.py a b`, `-m mod a`, `-- python x.py a`."""
+    prog = list(args.program)
+    if prog and prog[0] == "--":
+        prog = prog[1:]
+    if args.module:
+        return None, args.module, prog
+    if prog and os.path.basename(prog[0]).startswith("python") and not prog[0].endswith(".py"):
+        prog = prog[1:]
+        if prog and prog[0] == "-m":
+            if len(prog) < 2:
+                raise UserError("-m needs a module name")
+            return None, prog[1], prog[2:]
+    if not prog:
+        raise UserError("no program given: deepcontext run script.py [args...]")
+    script = prog[0]
+    if not os.path.exists(script):
+        raise UserError(f"no such file: {script}")
+    if not script.endswith(".py"):
+        with open(script, "rb") as fh:
+            head = fh.read(128)
+        if head.startswith(b"\x7fELF"):
+            raise UserError(f"{script} is a native executable; only Python programs are supported")
+    return script, None, prog[1:]
+
+
+def main(args) -> int:
+    from .. import session
+
+    script, module, rest = _split_program(args)
+    stem = os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
+    output = args.output or session.default_output(stem or "deepcontext")
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "program", "module", "output", "quiet", "command")}
+    if script:
+        sys.argv = [script, *rest]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    else:
+        sys.argv = [module, *rest]
+        sys.path[0] = os.getcwd()
+    options["command"] = list(sys.argv)
+    path = session.start(output, **options)
+    status = 0
+    try:
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code
+        else:
+            print(code, file=sys.stderr)
+            status = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        written = session.stop()
+    if written and not args.quiet:
+        print(f"deepcontext: wrote {written}", file=sys.stderr)
+    return status

@@ -1,0 +1,160 @@
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#if PY_VERSION_HEX >= 0x030B0000
+#include <internal/pycore_frame.h>
+#endif
+#undef Py_BUILD_CORE
+
+#include <pthread.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "python_stack.h"
+#include "tree/cct.h"
+
+namespace dctx {
+namespace {
+
+struct CodeInfo {
+  PyObject *name, *file;  // to detect a new code object at a reused address
+  int firstlineno;
+  uint32_t name_id, file_id;
+  bool hidden;
+};
+
+std::mutex g_code_mu;
+std::unordered_map<PyCodeObject *, CodeInfo> g_codes;
+std::string g_hidden_prefix;
+
+// UTF-8 of a str without creating objects (compact ASCII is used in place; else re-encoded here).
+std::string utf8(PyObject *s) {
+  if (!s || !PyUnicode_Check(s)) return "?";
+  if (PyUnicode_IS_COMPACT_ASCII(s))
+    return std::string(static_cast<const char *>(PyUnicode_DATA(s)), PyUnicode_GET_LENGTH(s));
+  std::string out;
+  int kind = PyUnicode_KIND(s);
+  const void *data = PyUnicode_DATA(s);
+  for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(s); ++i) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+bool is_hidden(const std::string &file) {
+  if (!g_hidden_prefix.empty() && file.compare(0, g_hidden_prefix.size(), g_hidden_prefix) == 0)
+    return true;
+  if (file == "<frozen runpy>") return true;
+  static const std::string runpy = "runpy.py";
+  return file.size() >= runpy.size() &&
+         file.compare(file.size() - runpy.size(), runpy.size(), runpy) == 0 &&
+         (file.size() == runpy.size() || file[file.size() - runpy.size() - 1] == '/');
+}
+
+PyObject *qualname(PyCodeObject *code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return code->co_qualname;
+#else
+  return code->co_name;
+#endif
+}
+
+const CodeInfo &code_info(PyCodeObject *code) {
+  auto it = g_codes.find(code);
+  if (it != g_codes.end() && it->second.name == code->co_name &&
+      it->second.file == code->co_filename && it->second.firstlineno == code->co_firstlineno)
+    return it->second;
+  if (g_codes.size() > 200000) g_codes.clear();  // bound: exec-heavy programs make many codes
+  std::string file = utf8(code->co_filename);
+  CodeInfo info{code->co_name, code->co_filename, code->co_firstlineno,
+                tree().intern(utf8(qualname(code))), tree().intern(file),
+                is_hidden(file)};
+  return g_codes.insert_or_assign(code, info).first->second;
+}
+
+}  // namespace
+
+void set_hidden_prefix(const std::string &prefix) {
+  static bool once = [] {
+    // A thread walking its stack (no GIL: inside an operator) may hold the lock at fork.
+    pthread_atfork([] { g_code_mu.lock(); }, [] { g_code_mu.unlock(); },
+                   [] { g_code_mu.unlock(); });
+    return true;
+  }();
+  (void)once;
+  std::lock_guard lock(g_code_mu);
+  g_hidden_prefix = prefix;
+  g_codes.clear();
+}
+
+_ts *current_python_thread() {
+  if (!Py_IsInitialized()) return nullptr;
+  return PyGILState_GetThisThreadState();
+}
+
+size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
+  if (!ts) return 0;
+  // Innermost-first walk into a local buffer, then reversed.
+  constexpr size_t kMax = 512;
+  PyCodeObject *codes[kMax];
+  int lines[kMax];
+  size_t n = 0;
+#if PY_VERSION_HEX >= 0x030D0000
+  _PyInterpreterFrame *f = ts->current_frame;
+  for (; f && n < kMax; f = f->previous) {
+    if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
+    PyObject *ex = f->f_executable;
+    if (!ex || !PyCode_Check(ex)) continue;
+    PyCodeObject *code = reinterpret_cast<PyCodeObject *>(ex);
+    int lasti = _PyInterpreterFrame_LASTI(f);
+    if (lasti < 0) continue;
+    codes[n] = code;
+    lines[n++] = PyCode_Addr2Line(code, lasti * int(sizeof(_Py_CODEUNIT)));
+  }
+#elif PY_VERSION_HEX >= 0x030B0000
+  _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : nullptr;
+  for (; f && n < kMax; f = f->previous) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
+#endif
+    if (_PyFrame_IsIncomplete(f)) continue;
+    PyCodeObject *code = f->f_code;
+    if (!code) continue;
+    codes[n] = code;
+    lines[n++] = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT)));
+  }
+#else
+  for (PyFrameObject *f = ts->frame; f && n < kMax; f = f->f_back) {
+    codes[n] = f->f_code;
+    lines[n++] = PyCode_Addr2Line(f->f_code, f->f_lasti * 2);
+  }
+#endif
+  size_t written = 0;
+  std::lock_guard lock(g_code_mu);
+  for (size_t i = n; i-- > 0 && written < max;) {
+    const CodeInfo &info = code_info(codes[i]);
+    if (info.hidden) continue;
+    FrameKey k{DCTX_FRAME_PYTHON, info.name_id, info.file_id,
+               static_cast<uint32_t>(lines[i] < 0 ? 0 : lines[i]), 0};
+    out[written++] = tree().frame(k);
+  }
+  return written;
+}
+
+}  // namespace dctx

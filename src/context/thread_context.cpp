@@ -1,0 +1,116 @@
+#include "thread_context.h"
+
+#include <Python.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "context/python_stack.h"
+#include "tree/cct.h"
+
+namespace dctx {
+namespace {
+std::mutex g_registry_mu;
+std::unordered_map<pthread_t, ThreadContext *> *g_registry =
+    new std::unordered_map<pthread_t, ThreadContext *>();
+}  // namespace
+
+ThreadContext::ThreadContext() : thread(pthread_self()) {
+  stack.reserve(64);
+  std::lock_guard lock(g_registry_mu);
+  (*g_registry)[thread] = this;
+}
+
+ThreadContext::~ThreadContext() {
+  std::lock_guard lock(g_registry_mu);
+  auto it = g_registry->find(thread);
+  if (it != g_registry->end() && it->second == this) g_registry->erase(it);
+}
+
+ThreadContext &this_thread_context() {
+  thread_local ThreadContext ctx;
+  return ctx;
+}
+
+void with_thread_context(pthread_t thread, const std::function<void(ThreadContext *)> &fn) {
+  std::lock_guard lock(g_registry_mu);
+  auto it = g_registry->find(thread);
+  fn(it == g_registry->end() ? nullptr : it->second);
+}
+
+namespace {
+std::mutex g_names_mu;
+std::unordered_map<unsigned long, uint32_t> g_thread_frames;
+unsigned long g_main_thread = 0;
+
+// threading's name for a thread, or "" (needs the GIL).
+std::string threading_name(unsigned long ident) {
+  std::string out;
+  PyObject *mod = PyDict_GetItemString(PyImport_GetModuleDict(), "threading");
+  if (!mod) return out;
+  PyObject *active = PyObject_GetAttrString(mod, "_active");
+  if (!active) {
+    PyErr_Clear();
+    return out;
+  }
+  PyObject *key = PyLong_FromUnsignedLong(ident);
+  PyObject *t = PyDict_Check(active) ? PyDict_GetItem(active, key) : nullptr;
+  if (t) {
+    PyObject *name = PyObject_GetAttrString(t, "name");
+    if (name && PyUnicode_Check(name)) {
+      const char *c = PyUnicode_AsUTF8(name);
+      if (c) out = c;
+    }
+    Py_XDECREF(name);
+  }
+  PyErr_Clear();
+  Py_DECREF(key);
+  Py_DECREF(active);
+  return out;
+}
+}  // namespace
+
+void set_main_thread_id(unsigned long id) { g_main_thread = id; }
+
+uint32_t thread_frame(unsigned long thread_id) {
+  {
+    std::lock_guard lock(g_names_mu);
+    auto it = g_thread_frames.find(thread_id);
+    if (it != g_thread_frames.end()) return it->second;
+  }
+  std::string name;
+  if (thread_id == g_main_thread) {
+    name = "MainThread";
+  } else if (PyGILState_Check()) {
+    name = threading_name(thread_id);
+  }
+  bool known = !name.empty();
+  if (!known) name = "thread " + std::to_string(thread_id);
+  uint32_t f = tree().frame(DCTX_FRAME_THREAD, name, "", 0, "");
+  if (known) {
+    std::lock_guard lock(g_names_mu);
+    if (g_thread_frames.size() > 100000) g_thread_frames.clear();
+    g_thread_frames[thread_id] = f;
+  }
+  return f;
+}
+
+dctx_node extend(dctx_node base, const uint32_t *frames, size_t n) {
+  dctx_node node = base;
+  for (size_t i = 0; i < n; ++i) node = tree().child(node, frames[i]);
+  return node;
+}
+
+dctx_node python_path_node(uint32_t *depth_out) {
+  *depth_out = 0;
+  _ts *ts = current_python_thread();
+  if (!ts) return 0;
+  uint32_t frames[512];
+  size_t n = capture_python(ts, frames, 512);
+  *depth_out = static_cast<uint32_t>(n);
+  dctx_node base = tree().child(0, thread_frame(reinterpret_cast<PyThreadState *>(ts)->thread_id));
+  return extend(base, frames, n);
+}
+
+}  // namespace dctx

@@ -1,0 +1,50 @@
+// Per-thread context stack: the frames pushed by operators, GPU API calls and user scopes on top
+// of the Python stack captured at the outermost entry. The sampler reads the top of another
+// thread's stack through the registry.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "deepcontext/monitor.h"
+
+namespace dctx {
+
+struct ContextEntry {
+  dctx_node node;
+  dctx_domain domain;
+  uint32_t python_depth;  // visible Python frames when the outermost entry captured the stack
+};
+
+struct ThreadContext {
+  pthread_t thread;
+  std::vector<ContextEntry> stack;
+  // (node << 32 | python_depth) of the top entry + 1, or 0 when the stack is empty; read by the
+  // sampler thread.
+  std::atomic<uint64_t> top{0};
+  ThreadContext();
+  ~ThreadContext();
+};
+
+ThreadContext &this_thread_context();
+
+// Calls fn with the context of the given thread (nullptr if it never pushed a frame) while the
+// registry lock keeps it alive.
+void with_thread_context(pthread_t thread, const std::function<void(ThreadContext *)> &fn);
+
+// The node of the calling thread's Python stack (thread frame first); root if no Python.
+dctx_node python_path_node(uint32_t *depth_out);
+
+// Appends frames to a node.
+dctx_node extend(dctx_node base, const uint32_t *frames, size_t n);
+
+// The frame id of a thread marker: the threading name of the thread when known (resolved only
+// while holding the GIL), else "thread <id>".
+uint32_t thread_frame(unsigned long thread_id);
+void set_main_thread_id(unsigned long id);
+
+}  // namespace dctx

@@ -1,0 +1,26 @@
+// The profiling session as the Python package drives it (deepcontext._core).
+#pragma once
+
+#include <string>
+
+#include "collect/sampler.h"
+
+namespace dctx {
+
+struct SessionOptions {
+  std::string output;
+  std::string hidden_prefix;  // our package directory: its frames are left out of paths
+  unsigned long main_thread_id = 0;
+  bool sample = true;
+  SamplerOptions sampler;
+  double checkpoint_s = 60;
+};
+
+// Each returns "" on success or a one-line error.
+std::string session_start(const SessionOptions &opts);
+std::string session_flush();
+std::string session_stop();
+void session_after_fork_child();
+const std::string &session_output();
+
+}  // namespace dctx

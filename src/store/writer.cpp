@@ -1,0 +1,202 @@
+#include "writer.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <vector>
+
+namespace dctx {
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr int kApplicationId = 0x44435458;  // "DCTX"
+
+const char *kSchema = R"sql(
+CREATE TABLE meta    (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
+CREATE TABLE frames  (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, name INTEGER NOT NULL,
+                      file INTEGER NOT NULL, line INTEGER NOT NULL, module INTEGER NOT NULL);
+CREATE TABLE nodes   (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEGER NOT NULL);
+CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, unit TEXT NOT NULL,
+                      description TEXT NOT NULL);
+CREATE TABLE node_metrics (node INTEGER NOT NULL, metric INTEGER NOT NULL, sum REAL NOT NULL,
+                      count INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
+                      inc REAL NOT NULL, PRIMARY KEY (node, metric)) WITHOUT ROWID;
+CREATE TABLE node_props (node INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+                      PRIMARY KEY (node, key)) WITHOUT ROWID;
+)sql";
+
+struct Db {
+  sqlite3 *db = nullptr;
+  std::string error;
+  ~Db() {
+    if (db) sqlite3_close(db);
+  }
+  bool exec(const char *sql) {
+    char *msg = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      error = msg ? msg : "sqlite error";
+      sqlite3_free(msg);
+      return false;
+    }
+    return true;
+  }
+};
+
+struct Stmt {
+  sqlite3_stmt *st = nullptr;
+  Stmt(sqlite3 *db, const char *sql) { sqlite3_prepare_v2(db, sql, -1, &st, nullptr); }
+  ~Stmt() { sqlite3_finalize(st); }
+  bool step() {
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE;
+  }
+};
+
+std::string json_escape(const std::string &s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string write_profile(const Snapshot &snap, const std::string &path) {
+  std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  std::remove(tmp.c_str());
+  Db d;
+  if (sqlite3_open(tmp.c_str(), &d.db) != SQLITE_OK) return "cannot create " + tmp;
+  std::string pragmas = "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id=" +
+                        std::to_string(kApplicationId) +
+                        "; PRAGMA user_version=" + std::to_string(kFormatVersion) + ";";
+  if (!d.exec(pragmas.c_str()) || !d.exec(kSchema) || !d.exec("BEGIN")) return d.error;
+
+  {
+    Stmt st(d.db, "INSERT INTO meta VALUES (?, ?)");
+    auto put = [&](const std::string &k, const std::string &v) {
+      sqlite3_bind_text(st.st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
+      st.step();
+    };
+    std::string notes = "[";
+    for (size_t i = 0; i < snap.notes.size(); ++i)
+      notes += (i ? ", " : "") + json_escape(snap.notes[i]);
+    notes += "]";
+    for (auto &[k, v] : snap.meta)
+      if (k != "notes" && k != "format_version") put(k, v);
+    put("format_version", std::to_string(kFormatVersion));
+    put("notes", notes);
+  }
+  {
+    Stmt st(d.db, "INSERT INTO strings VALUES (?, ?)");
+    for (size_t i = 0; i < snap.strings.size(); ++i) {
+      sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
+      sqlite3_bind_text(st.st, 2, snap.strings[i].data(), static_cast<int>(snap.strings[i].size()),
+                        SQLITE_STATIC);
+      st.step();
+    }
+  }
+  {
+    Stmt st(d.db, "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < snap.frames.size(); ++i) {
+      const FrameKey &f = snap.frames[i];
+      sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
+      sqlite3_bind_int(st.st, 2, static_cast<int>(f.kind));
+      sqlite3_bind_int64(st.st, 3, f.name);
+      sqlite3_bind_int64(st.st, 4, f.file);
+      sqlite3_bind_int64(st.st, 5, f.line);
+      sqlite3_bind_int64(st.st, 6, f.module);
+      st.step();
+    }
+  }
+  {
+    Stmt st(d.db, "INSERT INTO nodes VALUES (?, ?, ?)");
+    for (size_t i = 0; i < snap.parent.size(); ++i) {
+      sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
+      sqlite3_bind_int64(st.st, 2, snap.parent[i]);
+      sqlite3_bind_int64(st.st, 3, snap.node_frame[i]);
+      st.step();
+    }
+  }
+  {
+    Stmt st(d.db, "INSERT INTO metrics VALUES (?, ?, ?, ?)");
+    for (size_t i = 0; i < snap.metrics.size(); ++i) {
+      sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
+      sqlite3_bind_text(st.st, 2, snap.metrics[i].name.c_str(), -1, SQLITE_STATIC);
+      sqlite3_bind_text(st.st, 3, snap.metrics[i].unit.c_str(), -1, SQLITE_STATIC);
+      sqlite3_bind_text(st.st, 4, snap.metrics[i].description.c_str(), -1, SQLITE_STATIC);
+      st.step();
+    }
+  }
+  {
+    // Inclusive values: children have larger ids than their parents, so one reverse pass sums
+    // each subtree into its root.
+    size_t n = snap.parent.size();
+    Stmt st(d.db, "INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
+    std::vector<double> inc(n);
+    std::vector<char> touched(n);
+    std::vector<const Acc *> own(n);
+    for (size_t m = 0; m < snap.metrics.size(); ++m) {
+      std::fill(inc.begin(), inc.end(), 0.0);
+      std::fill(touched.begin(), touched.end(), 0);
+      std::fill(own.begin(), own.end(), nullptr);
+      for (auto &[key, acc] : snap.acc) {
+        if ((key & 0xFFFF) != m) continue;
+        size_t node = key >> 16;
+        if (node >= n) continue;
+        own[node] = &acc;
+        inc[node] += acc.sum;
+        touched[node] = 1;
+      }
+      for (size_t i = n; i-- > 1;) {
+        if (!touched[i]) continue;
+        inc[snap.parent[i]] += inc[i];
+        touched[snap.parent[i]] = 1;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!touched[i]) continue;
+        const Acc *a = own[i];
+        sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
+        sqlite3_bind_int64(st.st, 2, static_cast<sqlite3_int64>(m));
+        sqlite3_bind_double(st.st, 3, a ? a->sum : 0);
+        sqlite3_bind_int64(st.st, 4, a ? static_cast<sqlite3_int64>(a->count) : 0);
+        sqlite3_bind_double(st.st, 5, a ? a->min : 0);
+        sqlite3_bind_double(st.st, 6, a ? a->max : 0);
+        sqlite3_bind_double(st.st, 7, inc[i]);
+        st.step();
+      }
+    }
+  }
+  {
+    Stmt st(d.db, "INSERT INTO node_props VALUES (?, ?, ?)");
+    for (auto &[k, v] : snap.props) {
+      sqlite3_bind_int64(st.st, 1, k.first);
+      sqlite3_bind_text(st.st, 2, k.second.c_str(), -1, SQLITE_STATIC);
+      sqlite3_bind_text(st.st, 3, v.c_str(), -1, SQLITE_STATIC);
+      st.step();
+    }
+  }
+  if (!d.exec("COMMIT")) return d.error;
+  sqlite3_close(d.db);
+  d.db = nullptr;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return "cannot rename " + tmp + " to " + path;
+  }
+  return "";
+}
+
+}  // namespace dctx

@@ -1,0 +1,14 @@
+// Writes a tree snapshot as a .dctx SQLite profile (docs/format.md), atomically: the database is
+// built in "<path>.tmp-<pid>" and renamed onto path.
+#pragma once
+
+#include <string>
+
+#include "tree/cct.h"
+
+namespace dctx {
+
+// Returns "" on success, else a one-line error.
+std::string write_profile(const Snapshot &snap, const std::string &path);
+
+}  // namespace dctx

@@ -1,0 +1,196 @@
+#include "cct.h"
+
+#include <pthread.h>
+
+#include <cstring>
+
+namespace dctx {
+
+Tree &tree() {
+  // Leaked on purpose: used by threads and atexit after main.
+  static Tree *t = [] {
+    auto *tr = new Tree();
+    pthread_atfork([] { tree().lock_all(); }, [] { tree().unlock_all(); },
+                   [] { tree().unlock_all(); });
+    return tr;
+  }();
+  return *t;
+}
+
+Tree::Tree() {
+  intern("");
+  frames_.push_back({DCTX_FRAME_ROOT, 0, 0, 0, 0});
+  frame_ids_.emplace(frames_[0], 0);
+  parent_.push_back(0);
+  node_frame_.push_back(0);
+}
+
+uint32_t Tree::intern(std::string_view s) {
+  std::lock_guard lock(mu_);
+  auto it = string_ids_.find(s);
+  if (it != string_ids_.end()) return it->second;
+  strings_.emplace_back(s);
+  auto id = static_cast<uint32_t>(strings_.size() - 1);
+  string_ids_.emplace(strings_.back(), id);
+  return id;
+}
+
+uint32_t Tree::frame(const FrameKey &k) {
+  std::lock_guard lock(mu_);
+  auto it = frame_ids_.find(k);
+  if (it != frame_ids_.end()) return it->second;
+  frames_.push_back(k);
+  auto id = static_cast<uint32_t>(frames_.size() - 1);
+  frame_ids_.emplace(k, id);
+  return id;
+}
+
+uint32_t Tree::frame(dctx_frame_kind kind, std::string_view name, std::string_view file,
+                     uint32_t line, std::string_view module) {
+  FrameKey k{static_cast<uint32_t>(kind), intern(name), intern(file), line, intern(module)};
+  return frame(k);
+}
+
+dctx_node Tree::child(dctx_node parent, uint32_t frame) {
+  // Each thread keeps a cache of the edges it used, so repeated paths take no lock.
+  thread_local std::unordered_map<uint64_t, dctx_node> cache;
+  uint64_t key = (uint64_t(parent) << 32) | frame;
+  auto hit = cache.find(key);
+  if (hit != cache.end()) return hit->second;
+  dctx_node n;
+  {
+    std::lock_guard lock(mu_);
+    auto it = children_.find(key);
+    if (it != children_.end()) {
+      n = it->second;
+    } else {
+      n = static_cast<dctx_node>(parent_.size());
+      parent_.push_back(parent);
+      node_frame_.push_back(frame);
+      children_.emplace(key, n);
+    }
+  }
+  if (cache.size() > (1u << 20)) cache.clear();  // bound per-thread memory on huge trees
+  cache.emplace(key, n);
+  return n;
+}
+
+dctx_node Tree::parent(dctx_node n) {
+  std::lock_guard lock(mu_);
+  return n < parent_.size() ? parent_[n] : 0;
+}
+
+uint32_t Tree::frame_of(dctx_node n) {
+  std::lock_guard lock(mu_);
+  return n < node_frame_.size() ? node_frame_[n] : 0;
+}
+
+size_t Tree::node_count() {
+  std::lock_guard lock(mu_);
+  return parent_.size();
+}
+
+size_t Tree::path(dctx_node n, dctx_frame *out, size_t max) {
+  std::lock_guard lock(mu_);
+  std::vector<dctx_node> chain;
+  while (n != 0 && n < parent_.size()) {
+    chain.push_back(n);
+    n = parent_[n];
+  }
+  size_t len = chain.size();
+  for (size_t i = 0; i < len && i < max; ++i) {
+    const FrameKey &k = frames_[node_frame_[chain[len - 1 - i]]];
+    out[i] = dctx_frame{static_cast<dctx_frame_kind>(k.kind), strings_[k.name].c_str(),
+                        strings_[k.file].c_str(), k.line, strings_[k.module].c_str()};
+  }
+  return len;
+}
+
+dctx_metric Tree::metric(std::string_view name, std::string_view unit, std::string_view desc) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < metrics_.size(); ++i)
+    if (metrics_[i].name == name) return static_cast<dctx_metric>(i);
+  metrics_.push_back({std::string(name), std::string(unit), std::string(desc)});
+  return static_cast<dctx_metric>(metrics_.size() - 1);
+}
+
+Shard &Tree::my_shard() {
+  thread_local Shard *mine = nullptr;
+  if (!mine) {
+    mine = new Shard();
+    std::lock_guard lock(shards_mu_);
+    shards_.push_back(mine);
+  }
+  return *mine;
+}
+
+void Tree::add(dctx_node n, dctx_metric m, double v) {
+  Shard &s = my_shard();
+  std::lock_guard lock(s.mu);
+  s.acc[Shard::key(n, m)].add(v);
+}
+
+void Tree::set_prop(dctx_node n, std::string_view key, std::string_view value) {
+  std::lock_guard lock(mu_);
+  auto &slot = props_[{n, std::string(key)}];
+  if (slot != value) slot.assign(value);
+}
+
+void Tree::note(std::string_view msg) {
+  std::lock_guard lock(mu_);
+  for (auto &n : notes_)
+    if (n == msg) return;
+  notes_.emplace_back(msg);
+}
+
+void Tree::set_meta(std::string_view key, std::string_view value) {
+  std::lock_guard lock(mu_);
+  meta_[std::string(key)] = std::string(value);
+}
+
+Snapshot Tree::snapshot() {
+  Snapshot s;
+  {
+    std::lock_guard lock(mu_);
+    s.strings.assign(strings_.begin(), strings_.end());
+    s.frames = frames_;
+    s.parent = parent_;
+    s.node_frame = node_frame_;
+    s.metrics = metrics_;
+    s.props = props_;
+    s.notes = notes_;
+    s.meta = meta_;
+  }
+  std::vector<Shard *> shards;
+  {
+    std::lock_guard lock(shards_mu_);
+    shards = shards_;
+  }
+  for (Shard *sh : shards) {
+    std::lock_guard lock(sh->mu);
+    for (auto &[k, a] : sh->acc) s.acc[k].merge(a);
+  }
+  return s;
+}
+
+void Tree::clear_metrics() {
+  std::lock_guard lock(shards_mu_);
+  for (Shard *sh : shards_) {
+    std::lock_guard l(sh->mu);
+    sh->acc.clear();
+  }
+}
+
+void Tree::lock_all() {
+  mu_.lock();
+  shards_mu_.lock();
+  for (Shard *sh : shards_) sh->mu.lock();
+}
+
+void Tree::unlock_all() {
+  for (Shard *sh : shards_) sh->mu.unlock();
+  shards_mu_.unlock();
+  mu_.unlock();
+}
+
+}  // namespace dctx

@@ -1,0 +1,135 @@
+// The calling-context tree: interned strings and frames, nodes (parent, frame) with stable ids,
+// and metrics accumulated in per-thread shards that are merged only when the profile is written.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "deepcontext/monitor.h"
+
+namespace dctx {
+
+struct FrameKey {
+  uint32_t kind, name, file, line, module;
+  bool operator==(const FrameKey &) const = default;
+};
+
+struct FrameKeyHash {
+  size_t operator()(const FrameKey &k) const noexcept {
+    uint64_t h = 1469598103934665603ULL;
+    for (uint32_t v : {k.kind, k.name, k.file, k.line, k.module}) h = (h ^ v) * 1099511628211ULL;
+    return static_cast<size_t>(h);
+  }
+};
+
+// One accumulator of a metric at a node.
+struct Acc {
+  double sum = 0, min = 0, max = 0;
+  uint64_t count = 0;
+  void add(double v) {
+    if (count == 0) {
+      min = max = v;
+    } else {
+      if (v < min) min = v;
+      if (v > max) max = v;
+    }
+    sum += v;
+    ++count;
+  }
+  void merge(const Acc &o) {
+    if (o.count == 0) return;
+    if (count == 0) {
+      *this = o;
+      return;
+    }
+    sum += o.sum;
+    count += o.count;
+    if (o.min < min) min = o.min;
+    if (o.max > max) max = o.max;
+  }
+};
+
+struct MetricInfo {
+  std::string name, unit, description;
+};
+
+// A thread's private metric accumulators, keyed by (node, metric). Only its owner thread writes;
+// the lock is taken by the owner per update (uncontended) and by the writer at flush.
+struct Shard {
+  std::mutex mu;
+  std::unordered_map<uint64_t, Acc> acc;
+  // Peak-style metrics (max of a running value) are merged with max, not sum.
+  static uint64_t key(dctx_node n, dctx_metric m) { return (uint64_t(n) << 16) | m; }
+};
+
+struct Snapshot;
+
+class Tree {
+ public:
+  Tree();
+  uint32_t intern(std::string_view s);
+  uint32_t frame(const FrameKey &k);
+  uint32_t frame(dctx_frame_kind kind, std::string_view name, std::string_view file, uint32_t line,
+                 std::string_view module);
+  dctx_node child(dctx_node parent, uint32_t frame);
+  dctx_node parent(dctx_node n);
+  uint32_t frame_of(dctx_node n);
+  size_t path(dctx_node n, dctx_frame *out, size_t max);
+  size_t node_count();
+
+  dctx_metric metric(std::string_view name, std::string_view unit, std::string_view desc);
+  void add(dctx_node n, dctx_metric m, double v);
+  void set_prop(dctx_node n, std::string_view key, std::string_view value);
+  void note(std::string_view msg);
+  void set_meta(std::string_view key, std::string_view value);
+
+  // A consistent copy of everything the writer needs; shards are merged into it.
+  Snapshot snapshot();
+  // Forget all metric values (a forked child that writes its own profile starts from zero).
+  void clear_metrics();
+  // pthread_atfork handlers: hold every lock across fork so the child never sees one held.
+  void lock_all();
+  void unlock_all();
+
+ private:
+  Shard &my_shard();
+
+  std::mutex mu_;  // guards strings, frames, nodes, children, metrics, props, notes, meta
+  std::deque<std::string> strings_;
+  std::unordered_map<std::string_view, uint32_t> string_ids_;
+  std::vector<FrameKey> frames_;
+  std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
+  std::vector<dctx_node> parent_;
+  std::vector<uint32_t> node_frame_;
+  std::unordered_map<uint64_t, dctx_node> children_;
+  std::vector<MetricInfo> metrics_;
+  std::map<std::pair<dctx_node, std::string>, std::string> props_;
+  std::vector<std::string> notes_;
+  std::map<std::string, std::string, std::less<>> meta_;
+
+  std::mutex shards_mu_;
+  std::vector<Shard *> shards_;  // never freed: a thread's shard outlives the thread
+};
+
+struct Snapshot {
+  std::vector<std::string> strings;
+  std::vector<FrameKey> frames;
+  std::vector<dctx_node> parent;
+  std::vector<uint32_t> node_frame;
+  std::vector<MetricInfo> metrics;
+  std::map<uint64_t, Acc> acc;  // ordered by (node, metric)
+  std::map<std::pair<dctx_node, std::string>, std::string> props;
+  std::vector<std::string> notes;
+  std::map<std::string, std::string, std::less<>> meta;
+};
+
+Tree &tree();
+
+}  // namespace dctx

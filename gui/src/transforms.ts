@@ -1,0 +1,478 @@
+// Tree transforms behind the views: hide frames by kind, bottom-up inversion, flat profile,
+// sandwich (callers and callees of one frame), diff of two profiles, search and per-line metrics.
+// Each returns a new Tree (model.ts) so the same table and flame-graph code draws every view.
+
+import { Frames, MAX_METRICS, MetricInfo, MetricSpec, Tree, children, frameKey, frameLabel, makeTree } from "./model";
+
+/** Grows a tree node by node, merging children of one parent that share a frame. */
+class Builder {
+  parent: number[] = [-1];
+  frame: number[] = [0];
+  private keys = new Map<number, number>();
+  inc: Record<string, number[]> = {};
+  exc: Record<string, number[]> = {};
+
+  constructor(
+    private nframes: number,
+    private metricNames: string[],
+  ) {
+    for (const m of metricNames) {
+      this.inc[m] = [0];
+      this.exc[m] = [0];
+    }
+  }
+
+  get size(): number {
+    return this.parent.length;
+  }
+
+  child(p: number, f: number): number {
+    const k = p * this.nframes + f;
+    let id = this.keys.get(k);
+    if (id === undefined) {
+      id = this.parent.length;
+      this.keys.set(k, id);
+      this.parent.push(p);
+      this.frame.push(f);
+      for (const m of this.metricNames) {
+        this.inc[m].push(0);
+        this.exc[m].push(0);
+      }
+    }
+    return id;
+  }
+
+  /** Sets inclusive = exclusive + children's inclusive (for additive metrics). */
+  sumUp(only?: string[]): void {
+    const names = only ?? this.metricNames;
+    for (const m of names) {
+      if (MAX_METRICS.has(m)) continue;
+      const inc = this.inc[m];
+      const exc = this.exc[m];
+      for (let i = 0; i < inc.length; i++) inc[i] = exc[i];
+      for (let i = inc.length - 1; i > 0; i--) inc[this.parent[i]] += inc[i];
+    }
+  }
+
+  finish(frames: Frames, metrics: MetricInfo[]): Tree {
+    const inc: Record<string, Float64Array> = {};
+    const exc: Record<string, Float64Array> = {};
+    for (const m of this.metricNames) {
+      inc[m] = Float64Array.from(this.inc[m]);
+      exc[m] = Float64Array.from(this.exc[m]);
+    }
+    return makeTree(Int32Array.from(this.parent), Int32Array.from(this.frame), frames, metrics, inc, exc);
+  }
+}
+
+function add(arr: number[], i: number, v: number, isMax: boolean): void {
+  if (isMax) {
+    if (v > arr[i]) arr[i] = v;
+  } else arr[i] += v;
+}
+
+function names(t: Tree): string[] {
+  return t.metrics.map((m) => m.name).filter((m) => t.inc[m]);
+}
+
+/**
+ * Nodes of `t` that have no ancestor with the same key (key[i] < 0: no key). Used to count a
+ * recursive frame (or source line) once in inclusive totals.
+ */
+export function topLevelMask(t: Tree, key: Int32Array, nkeys: number): Uint8Array {
+  const mask = new Uint8Array(t.n);
+  const onStack = new Int32Array(nkeys);
+  const stack: number[] = [0];
+  while (stack.length) {
+    const x = stack.pop()!;
+    if (x < 0) {
+      const k = key[~x];
+      if (k >= 0) onStack[k]--;
+      continue;
+    }
+    const k = key[x];
+    if (k >= 0) {
+      if (onStack[k] === 0) mask[x] = 1;
+      onStack[k]++;
+    }
+    stack.push(~x);
+    const s = t.childStart[x];
+    const e = t.childStart[x + 1];
+    for (let c = e - 1; c >= s; c--) stack.push(t.childIdx[c]);
+  }
+  return mask;
+}
+
+export interface Filtered {
+  tree: Tree;
+  /** original node id -> node id in the filtered tree (a hidden node maps to its nearest shown ancestor) */
+  map: Int32Array;
+}
+
+/** Removes frames of the hidden kinds, giving their values to the nearest shown ancestor and
+ * merging the children that then share a parent and a frame. */
+export function hideKinds(t: Tree, hidden: Set<string>): Filtered {
+  const hide = new Uint8Array(t.frames.kind.length);
+  let any = false;
+  t.frames.kind.forEach((k, i) => {
+    if (hidden.has(k) && k !== "root") {
+      hide[i] = 1;
+      any = true;
+    }
+  });
+  if (!any) {
+    const map = new Int32Array(t.n);
+    for (let i = 0; i < t.n; i++) map[i] = i;
+    return { tree: t, map };
+  }
+  const ms = names(t);
+  const b = new Builder(t.frames.kind.length, ms);
+  const map = new Int32Array(t.n);
+  for (let i = 1; i < t.n; i++) {
+    const p = map[t.parent[i]];
+    map[i] = hide[t.frame[i]] ? p : b.child(p, t.frame[i]);
+  }
+  for (const m of ms) {
+    const isMax = MAX_METRICS.has(m);
+    const exc = t.exc[m];
+    const inc = t.inc[m];
+    const be = b.exc[m];
+    const bi = b.inc[m];
+    for (let i = 0; i < t.n; i++) {
+      add(be, map[i], exc[i], isMax);
+      if (isMax && (i === 0 || !hide[t.frame[i]])) add(bi, map[i], inc[i], true);
+    }
+  }
+  b.sumUp();
+  return { tree: b.finish(t.frames, t.metrics), map };
+}
+
+/** The inverted tree: the first level holds every frame with exclusive value, its children are
+ * its callers, and so on up to the root's children. */
+export function bottomUp(t: Tree): Tree {
+  const ms = names(t);
+  const b = new Builder(t.frames.kind.length, ms);
+  const excs = ms.map((m) => t.exc[m]);
+  const isMax = ms.map((m) => MAX_METRICS.has(m));
+  const binc = ms.map((m) => b.inc[m]);
+  const bexc = ms.map((m) => b.exc[m]);
+  const nm = ms.length;
+  for (let i = 1; i < t.n; i++) {
+    let nonzero = false;
+    for (let k = 0; k < nm; k++) if (excs[k][i] !== 0) nonzero = true;
+    if (!nonzero) continue;
+    for (let k = 0; k < nm; k++) add(binc[k], 0, excs[k][i], isMax[k]);
+    let cur = 0;
+    for (let j = i; j !== 0; j = t.parent[j]) {
+      cur = b.child(cur, t.frame[j]);
+      for (let k = 0; k < nm; k++) {
+        const v = excs[k][i];
+        if (v === 0) continue;
+        add(binc[k], cur, v, isMax[k]);
+        if (j === i) add(bexc[k], cur, v, isMax[k]);
+      }
+    }
+  }
+  return b.finish(t.frames, t.metrics);
+}
+
+/** One row per frame under the root: exclusive summed over its nodes, inclusive summed over
+ * the nodes with no ancestor of the same frame. */
+export function flat(t: Tree): Tree {
+  const ms = names(t);
+  const nf = t.frames.kind.length;
+  const top = topLevelMask(t, t.frame, nf);
+  const b = new Builder(nf, ms);
+  const row = new Int32Array(t.n);
+  for (let i = 1; i < t.n; i++) row[i] = b.child(0, t.frame[i]);
+  for (const m of ms) {
+    const isMax = MAX_METRICS.has(m);
+    const exc = t.exc[m];
+    const inc = t.inc[m];
+    const be = b.exc[m];
+    const bi = b.inc[m];
+    for (let i = 1; i < t.n; i++) {
+      add(be, row[i], exc[i], isMax);
+      if (top[i]) add(bi, row[i], inc[i], isMax);
+    }
+    bi[0] = inc[0];
+  }
+  return b.finish(t.frames, t.metrics);
+}
+
+export interface Sandwich {
+  callers: Tree;
+  callees: Tree;
+}
+
+/** Callers (inverted, from the frame up to the root) and callees (the merged subtrees) of every
+ * node with frame `f`. Recursive occurrences are counted once, at the outermost. */
+export function sandwich(t: Tree, f: number): Sandwich {
+  const ms = names(t);
+  const nf = t.frames.kind.length;
+  // callees
+  const cb = new Builder(nf, ms);
+  const fnode = cb.child(0, f);
+  const map = new Int32Array(t.n).fill(-1);
+  const top: number[] = [];
+  for (let i = 1; i < t.n; i++) {
+    const p = map[t.parent[i]];
+    if (p >= 0) map[i] = cb.child(p, t.frame[i]);
+    else if (t.frame[i] === f) {
+      map[i] = fnode;
+      top.push(i);
+    }
+  }
+  for (const m of ms) {
+    const isMax = MAX_METRICS.has(m);
+    const exc = t.exc[m];
+    const inc = t.inc[m];
+    for (let i = 1; i < t.n; i++) if (map[i] >= 0) add(cb.exc[m], map[i], exc[i], isMax);
+    if (isMax) for (let i = 1; i < t.n; i++) if (map[i] >= 0) add(cb.inc[m], map[i], inc[i], true);
+  }
+  cb.sumUp();
+  // callers
+  const rb = new Builder(nf, ms);
+  const rf = rb.child(0, f);
+  for (const m of ms) {
+    const isMax = MAX_METRICS.has(m);
+    const exc = t.exc[m];
+    for (let i = 1; i < t.n; i++) if (t.frame[i] === f) add(rb.exc[m], rf, exc[i], isMax);
+  }
+  for (const i of top) {
+    let cur = rf;
+    const path: number[] = [rf];
+    for (let j = t.parent[i]; j !== 0; j = t.parent[j]) {
+      cur = rb.child(cur, t.frame[j]);
+      path.push(cur);
+    }
+    for (const m of ms) {
+      const isMax = MAX_METRICS.has(m);
+      const v = t.inc[m][i];
+      add(rb.inc[m], 0, v, isMax);
+      for (const p of path) add(rb.inc[m], p, v, isMax);
+    }
+  }
+  return { callers: rb.finish(t.frames, t.metrics), callees: cb.finish(t.frames, t.metrics) };
+}
+
+/** Merges `cur` and `base` by call path (frames matched by kind, name, file, line and module).
+ * The result carries `cur`'s values as inc/exc and the baseline's as `base`. */
+export function diff(cur: Tree, base: Tree): Tree {
+  const keys = new Map<string, number>();
+  const frames: Frames = { kind: [], name: [], file: [], line: [], module: [] };
+  const remap = (t: Tree): Int32Array => {
+    const out = new Int32Array(t.frames.kind.length);
+    for (let i = 0; i < out.length; i++) {
+      const k = frameKey(t.frames, i);
+      let m = keys.get(k);
+      if (m === undefined) {
+        m = frames.kind.length;
+        keys.set(k, m);
+        frames.kind.push(t.frames.kind[i]);
+        frames.name.push(t.frames.name[i]);
+        frames.file.push(t.frames.file[i]);
+        frames.line.push(t.frames.line[i]);
+        frames.module.push(t.frames.module[i]);
+      }
+      out[i] = m;
+    }
+    return out;
+  };
+  const fa = remap(cur);
+  const fb = remap(base);
+  // root frames of both map to the same merged frame only if both are index 0 with kind root
+  const metrics: MetricInfo[] = [...cur.metrics];
+  for (const m of base.metrics) if (!metrics.some((x) => x.name === m.name)) metrics.push(m);
+  const all = metrics.map((m) => m.name);
+  const b = new Builder(frames.kind.length + 1, all);
+  const place = (t: Tree, fm: Int32Array): Int32Array => {
+    const map = new Int32Array(t.n);
+    for (let i = 1; i < t.n; i++) map[i] = b.child(map[t.parent[i]], fm[t.frame[i]]);
+    return map;
+  };
+  const ma = place(cur, fa);
+  const mb = place(base, fb);
+  const n = b.size;
+  const fill = (t: Tree, map: Int32Array) => {
+    const inc: Record<string, Float64Array> = {};
+    const exc: Record<string, Float64Array> = {};
+    for (const m of all) {
+      const ii = new Float64Array(n);
+      const ee = new Float64Array(n);
+      const ti = t.inc[m];
+      const te = t.exc[m];
+      if (ti && te) {
+        const isMax = MAX_METRICS.has(m);
+        for (let i = 0; i < t.n; i++) {
+          const j = map[i];
+          if (isMax) {
+            ii[j] = Math.max(ii[j], ti[i]);
+            ee[j] = Math.max(ee[j], te[i]);
+          } else {
+            ii[j] += ti[i];
+            ee[j] += te[i];
+          }
+        }
+      }
+      inc[m] = ii;
+      exc[m] = ee;
+    }
+    return { inc, exc };
+  };
+  const va = fill(cur, ma);
+  const vb = fill(base, mb);
+  frames.kind[0] = "root";
+  const tree = makeTree(Int32Array.from(b.parent), Int32Array.from(b.frame), frames, metrics, va.inc, va.exc);
+  tree.base = vb;
+  return tree;
+}
+
+export interface SearchResult {
+  /** 1 for nodes whose frame label matches */
+  match: Uint8Array;
+  count: number;
+  /** inclusive value of the matched nodes with no matched ancestor */
+  total: number;
+}
+
+export function compileSearch(q: string): RegExp | null {
+  if (!q) return null;
+  try {
+    return new RegExp(q, "i");
+  } catch {
+    return null;
+  }
+}
+
+export function search(t: Tree, re: RegExp, values: Float64Array): SearchResult {
+  const nf = t.frames.kind.length;
+  const fm = new Uint8Array(nf);
+  for (let f = 1; f < nf; f++) {
+    if (re.test(frameLabel(t.frames, f)) || re.test(t.frames.file[f])) fm[f] = 1;
+  }
+  const match = new Uint8Array(t.n);
+  const under = new Uint8Array(t.n);
+  let count = 0;
+  let total = 0;
+  for (let i = 1; i < t.n; i++) {
+    const m = fm[t.frame[i]];
+    if (m) {
+      match[i] = 1;
+      count++;
+      if (!under[t.parent[i]]) total += values[i];
+    }
+    under[i] = m | under[t.parent[i]];
+  }
+  return { match, count, total };
+}
+
+export interface LineValues {
+  line: number;
+  inc: number;
+  exc: number;
+}
+
+/** Per source line of `file`: inclusive (outermost occurrence on each path) and exclusive values. */
+export function lineMetrics(t: Tree, spec: MetricSpec, file: string, inc: Float64Array, exc: Float64Array): LineValues[] {
+  const f = t.frames;
+  let maxLine = 0;
+  const lineOfFrame = new Int32Array(f.kind.length).fill(-1);
+  for (let i = 0; i < f.kind.length; i++) {
+    if (f.file[i] === file && f.line[i] > 0) {
+      lineOfFrame[i] = f.line[i];
+      if (f.line[i] > maxLine) maxLine = f.line[i];
+    }
+  }
+  void spec;
+  const key = new Int32Array(t.n);
+  let anyNode = false;
+  for (let i = 0; i < t.n; i++) {
+    key[i] = lineOfFrame[t.frame[i]];
+    if (key[i] >= 0) anyNode = true;
+  }
+  if (!anyNode) return [];
+  const top = topLevelMask(t, key, maxLine + 1);
+  const li = new Float64Array(maxLine + 1);
+  const le = new Float64Array(maxLine + 1);
+  const seen = new Uint8Array(maxLine + 1);
+  for (let i = 0; i < t.n; i++) {
+    const l = key[i];
+    if (l < 0) continue;
+    seen[l] = 1;
+    le[l] += exc[i];
+    if (top[i]) li[l] += inc[i];
+  }
+  const out: LineValues[] = [];
+  for (let l = 1; l <= maxLine; l++) if (seen[l]) out.push({ line: l, inc: li[l], exc: le[l] });
+  return out;
+}
+
+export interface FileTotal {
+  file: string;
+  inc: number;
+}
+
+/** Inclusive value per source file (outermost occurrence on each path), largest first. */
+export function fileTotals(t: Tree, inc: Float64Array): FileTotal[] {
+  const f = t.frames;
+  const fileIds = new Map<string, number>();
+  const fileOfFrame = new Int32Array(f.kind.length).fill(-1);
+  for (let i = 0; i < f.kind.length; i++) {
+    if (!f.file[i]) continue;
+    let id = fileIds.get(f.file[i]);
+    if (id === undefined) {
+      id = fileIds.size;
+      fileIds.set(f.file[i], id);
+    }
+    fileOfFrame[i] = id;
+  }
+  const key = new Int32Array(t.n);
+  for (let i = 0; i < t.n; i++) key[i] = fileOfFrame[t.frame[i]];
+  const top = topLevelMask(t, key, fileIds.size);
+  const tot = new Float64Array(fileIds.size);
+  for (let i = 0; i < t.n; i++) if (top[i]) tot[key[i]] += inc[i];
+  const out = [...fileIds.entries()].map(([file, id]) => ({ file, inc: tot[id] }));
+  out.sort((a, b) => b.inc - a.inc || a.file.localeCompare(b.file));
+  return out;
+}
+
+/** The heaviest child path from `from` while each step holds at least `minShare` of the total. */
+export function hotPath(t: Tree, values: Float64Array, from = 0, minShare = 0.01, maxLen = 64): number[] {
+  const total = values[0];
+  const out: number[] = [];
+  let n = from;
+  while (out.length < maxLen) {
+    let best = -1;
+    let bv = -Infinity;
+    for (const c of children(t, n)) {
+      if (values[c] > bv) {
+        bv = values[c];
+        best = c;
+      }
+    }
+    if (best < 0 || !(bv > 0) || bv < minShare * total) break;
+    out.push(best);
+    n = best;
+  }
+  return out;
+}
+
+/** Node ids from the root's child down to `i`. */
+export function pathTo(t: Tree, i: number): number[] {
+  const out: number[] = [];
+  for (let j = i; j > 0; j = t.parent[j]) out.push(j);
+  return out.reverse();
+}
+
+/** The deepest node reached from the root by following `frames` (frame keys), or -1. */
+export function findByFramePath(t: Tree, keys: string[]): number {
+  let n = 0;
+  for (const k of keys) {
+    let next = -1;
+    for (const c of children(t, n)) if (frameKey(t.frames, t.frame[c]) === k) next = c;
+    if (next < 0) return -1;
+    n = next;
+  }
+  return n;
+}

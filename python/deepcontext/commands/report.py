@@ -1,0 +1,229 @@
+"""`deepcontext report FILE`: the profile as a top-down, bottom-up or flat tree, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import UserError
+from ..render import (
+    ProfileInfo,
+    Tree,
+    compile_regex,
+    flat_rows,
+    format_share,
+    format_value,
+    frame_dict,
+    frame_label,
+    frame_matches,
+    invert,
+    json_tree,
+    load_tree,
+    parse_kinds,
+    text_tree,
+)
+
+VIEWS = ("top-down", "bottom-up", "flat")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="print a profile as a tree (top-down, bottom-up, flat)",
+        description="Print a .dctx profile as an indented tree with inclusive share, inclusive and "
+        "exclusive values, or as JSON (docs/format.md, 'JSON report').",
+    )
+    p.add_argument("file", help="a .dctx profile")
+    p.add_argument(
+        "--metric",
+        "-m",
+        action="append",
+        default=[],
+        metavar="M",
+        help="metric to show (repeat or comma-separate; the first one orders and prunes the tree; "
+        "default: gpu_time, cpu_time, op_time or wall_time, the first that has values)",
+    )
+    p.add_argument("--view", choices=VIEWS, default="top-down")
+    p.add_argument("--depth", type=int, default=None, metavar="N", help="show N levels at most")
+    p.add_argument(
+        "--min-share",
+        "--threshold",
+        dest="min_share",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="hide nodes below PCT percent of the total (default 1 for text, 0 for json)",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--focus",
+        "--include",
+        dest="focus",
+        metavar="REGEX",
+        help="only the subtrees under frames whose label (or file) matches, merged",
+    )
+    p.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="KIND",
+        help="splice out frames of these kinds (python, native, operator, ...; repeatable)",
+    )
+    p.add_argument(
+        "--exclude", metavar="REGEX", help="splice out frames whose label matches (children stay)"
+    )
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="flat view: N rows at most")
+    p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    p.set_defaults(func=main)
+
+
+def _metrics(args, profile) -> list[str]:
+    names = [m.strip() for v in args.metric for m in v.split(",") if m.strip()]
+    if not names:
+        if not profile.metrics:
+            raise UserError(f"{profile.path}: the profile has no metrics")
+        names = [profile.default_metric()]
+    for m in names:
+        if m not in profile.metrics:
+            known = ", ".join(profile.metrics) or "none"
+            raise UserError(f"unknown metric {m!r} (this profile has: {known})")
+    return list(dict.fromkeys(names))
+
+
+def build_view(tree: Tree, args) -> Tree:
+    """The top-down tree after --focus, --hide and --exclude."""
+    profile = tree.profile
+    hide = None
+    kinds = parse_kinds(args.hide)
+    if kinds or args.exclude:
+        pat = compile_regex(args.exclude, "--exclude") if args.exclude else None
+        match = frame_matches(pat) if pat else None
+
+        def hidden(f) -> bool:
+            return f.kind in kinds or (match is not None and match(f))
+
+        hide = tree.frame_mask(hidden)
+    focus = None
+    if args.focus:
+        focus = tree.frame_mask(frame_matches(compile_regex(args.focus, "--focus")))
+        if not focus.any():
+            raise UserError(f"--focus {args.focus!r} matches no frame of {profile.path}")
+    if hide is not None or focus is not None:
+        tree = tree.transformed(hide=hide, focus=focus)
+    return tree
+
+
+def main(args) -> int:
+    if args.depth is not None and args.depth < 0:
+        raise UserError("--depth must be >= 0")
+    tree = load_tree(args.file, lambda info: _metrics(args, info))
+    profile: ProfileInfo = tree.profile
+    metrics = list(tree.metrics)
+    units = {m: profile.metrics[m].unit for m in metrics}
+    min_share = args.min_share
+    if min_share is None:
+        min_share = 1.0 if args.format == "text" else 0.0
+    tree = build_view(tree, args)
+    primary = metrics[0]
+    total = float(tree.metrics[primary].inc[0])
+    if args.view == "bottom-up":
+        tree = invert(
+            tree,
+            primary,
+            max_depth=args.depth,
+            min_value=total * min_share / 100.0 if min_share > 0 else 0.0,
+        )
+    if args.format == "json":
+        doc = {
+            "format": "deepcontext-report",
+            "version": 1,
+            "view": args.view,
+            "meta": profile.meta,
+            "metrics": [{"name": m, "unit": units[m]} for m in metrics],
+        }
+        if args.view == "flat":
+            doc["rows"] = _flat_json(tree, metrics, total, min_share, args.limit)
+        else:
+            doc["tree"] = json_tree(tree, metrics, max_depth=args.depth, min_share=min_share)
+        text = json.dumps(doc, separators=(",", ":"))
+        lines = [text]
+    else:
+        lines = _header(profile, tree, metrics, units, args.view)
+        if args.view == "flat":
+            lines += _flat_text(tree, metrics, units, total, min_share, args.limit)
+        else:
+            lines += text_tree(
+                tree, metrics, max_depth=args.depth, min_share=min_share, units=units
+            )
+    out = "\n".join(lines) + "\n"
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(out)
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+def _header(profile, tree, metrics, units, view) -> list[str]:
+    cmd = profile.meta.get("command", "")
+    try:
+        cmd = " ".join(json.loads(cmd))
+    except (ValueError, TypeError):
+        pass
+    totals = ", ".join(
+        f"{m} {format_value(float(tree.metrics[m].inc[0]), units[m])}" for m in metrics
+    )
+    lines = [f"{profile.path}: {cmd}" if cmd else profile.path, f"{view}; total {totals}"]
+    for note in profile.notes:
+        lines.append(f"note: {note}")
+    lines.append("")
+    return lines
+
+
+def _flat_selected(tree, metrics, total, min_share, limit):
+    primary = metrics[0]
+    rows = flat_rows(tree)
+    rows.sort(
+        key=lambda r: (-r["metrics"][primary]["exclusive"], -r["metrics"][primary]["inclusive"])
+    )
+    if min_share > 0 and total > 0:
+        cut = total * min_share / 100.0
+        rows = [
+            r
+            for r in rows
+            if max(r["metrics"][primary]["exclusive"], r["metrics"][primary]["inclusive"]) >= cut
+        ]
+    if limit is not None:
+        rows = rows[:limit]
+    return rows
+
+
+def _flat_text(tree, metrics, units, total, min_share, limit) -> list[str]:
+    rows = _flat_selected(tree, metrics, total, min_share, 50 if limit is None else limit)
+    primary = metrics[0]
+    header = ["excl %", "incl %"] + [f"{m} {p}" for m in metrics for p in ("excl", "incl")]
+    table = []
+    for r in rows:
+        pm = r["metrics"][primary]
+        cells = [format_share(pm["exclusive"], total), format_share(pm["inclusive"], total)]
+        for m in metrics:
+            cells.append(format_value(r["metrics"][m]["exclusive"], units[m]))
+            cells.append(format_value(r["metrics"][m]["inclusive"], units[m]))
+        table.append((cells, frame_label(tree.frames[r["frame"]])))
+    widths = [len(h) for h in header]
+    for cells, _ in table:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + "  frame"]
+    for cells, label in table:
+        lines.append(
+            "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + "  " + label
+        )
+    return lines
+
+
+def _flat_json(tree, metrics, total, min_share, limit) -> list[dict]:
+    out = []
+    for r in _flat_selected(tree, metrics, total, min_share, limit):
+        f = tree.frames[r["frame"]]
+        out.append({"frame": frame_dict(f), "label": frame_label(f), "metrics": r["metrics"]})
+    return out

@@ -1,0 +1,638 @@
+"""Shared rendering of profiles: frame labels, human units, and the report's tree views.
+
+`frame_label` names a frame the same way everywhere (report, exporters, diff, GUI):
+`train.py:42 step` for Python, `aten::addmm` for an operator, `libfoo.so!bar` for a native frame.
+`Tree` is a calling-context tree as numpy arrays (parent, frame, per-metric exclusive/inclusive);
+`Tree.transformed` applies the report's focus and hide transforms, `invert` builds the bottom-up
+tree, `flat_rows` the flat profile, and `text_tree`/`json_tree` render them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UserError
+from .profile import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open
+
+_MARKED_KINDS = {"scope", "module", "thread", "step", "backward"}
+
+
+def frame_label(frame: Frame) -> str:
+    """The one-line name of a frame used by every view and exporter."""
+    kind = frame.kind
+    if kind == "root":
+        return "<root>"
+    if kind == "python":
+        where = f"{os.path.basename(frame.file)}:{frame.line}" if frame.file else ""
+        return f"{where} {frame.name}".strip()
+    if kind == "native":
+        if frame.module:
+            return f"{os.path.basename(frame.module)}!{frame.name}"
+        return frame.name
+    if kind in _MARKED_KINDS:
+        return f"[{kind}] {frame.name}" if frame.name else f"[{kind}]"
+    if kind == "hlo_op" and frame.file:
+        return f"{frame.name} ({os.path.basename(frame.file)}:{frame.line})"
+    return frame.name or f"<{kind}>"
+
+
+def frame_dict(frame: Frame) -> dict:
+    return {
+        "kind": frame.kind,
+        "name": frame.name,
+        "file": frame.file,
+        "line": frame.line,
+        "module": frame.module,
+    }
+
+
+_SCALES = {
+    "ns": [(1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns")],
+    "bytes": [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")],
+}
+_DECIMAL = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
+
+
+def format_value(value: float, unit: str) -> str:
+    """`value` in human units: 1.23 s, 45.6 ms, 3.0 MiB, 1.2M (counts, cycles)."""
+    if value == 0:
+        return "0"
+    scales = _SCALES.get(unit, _DECIMAL)
+    a = abs(value)
+    factor, suffix = scales[-1]
+    for f, sfx in scales:
+        if a >= f:
+            factor, suffix = f, sfx
+            break
+    v = value / factor
+    text = f"{v:.0f}" if factor == 1.0 and float(value).is_integer() else f"{v:.3g}"
+    if unit in _SCALES:
+        return f"{text} {suffix}"
+    return f"{text}{suffix}"
+
+
+def format_share(part: float, total: float) -> str:
+    if total == 0:
+        return "-"
+    return f"{100.0 * part / total:.1f}%"
+
+
+@dataclass
+class MetricData:
+    exc: np.ndarray  # float64 per node
+    inc: np.ndarray
+    count: np.ndarray  # int64
+    min: np.ndarray
+    max: np.ndarray
+
+
+class Tree:
+    """A calling-context tree as arrays indexed by node id (parent < id; node 0 is the root).
+
+    `frames` maps frame ids to Frame; `origin` gives, for each node, the profile node it came from
+    (-1 for nodes made by merging several), so props can be looked up.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        parent: np.ndarray,
+        frame: np.ndarray,
+        metrics: dict[str, MetricData],
+        origin: np.ndarray,
+        frames: dict[int, Frame] | None = None,
+    ):
+        self.profile = profile
+        self.parent = parent
+        self.frame = frame
+        self.metrics = metrics
+        self.origin = origin
+        self.frames = frames if frames is not None else profile.frames
+        self._children: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def from_profile(cls, profile: Profile, metrics: Iterable[str] | None = None) -> Tree:
+        names = list(metrics) if metrics is not None else list(profile.metrics)
+        n = len(profile.node_parent)
+        data = {}
+        for m in names:
+            values = profile._check_metric(m)
+            md = MetricData(
+                np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n)
+            )
+            if values:
+                ids = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+                rows = np.array(list(values.values()), dtype=np.float64).reshape(-1, 5)
+                md.exc[ids] = rows[:, 0]
+                md.count[ids] = rows[:, 1].astype(np.int64)
+                md.min[ids] = rows[:, 2]
+                md.max[ids] = rows[:, 3]
+                md.inc[ids] = rows[:, 4]
+            data[m] = md
+        parent = np.asarray(profile.node_parent, dtype=np.int64)
+        frame = np.asarray(profile.node_frame, dtype=np.int64)
+        return cls(profile, parent, frame, data, np.arange(n, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def label(self, node: int) -> str:
+        return frame_label(self.frames[int(self.frame[node])])
+
+    def depth(self) -> np.ndarray:
+        parent = self.parent.tolist()
+        d = [0] * len(parent)
+        for i in range(1, len(parent)):
+            d[i] = d[parent[i]] + 1
+        return np.asarray(d, dtype=np.int64)
+
+    def children(self, node: int) -> np.ndarray:
+        if self._children is None:
+            order = np.argsort(self.parent[1:], kind="stable") + 1
+            sorted_parents = self.parent[order]
+            idx = np.arange(len(self.parent))
+            start = np.searchsorted(sorted_parents, idx, side="left")
+            end = np.searchsorted(sorted_parents, idx, side="right")
+            self._children = (order, start, end)
+        order, start, end = self._children
+        return order[start[node] : end[node]]
+
+    def frame_mask(self, predicate: Callable[[Frame], bool]) -> np.ndarray:
+        """Per node: whether its frame satisfies `predicate` (evaluated once per frame)."""
+        top = int(max(self.frames)) + 1 if self.frames else 1
+        by_frame = np.zeros(top, dtype=bool)
+        for fid, f in self.frames.items():
+            by_frame[fid] = bool(predicate(f))
+        return by_frame[self.frame]
+
+    def transformed(
+        self, *, hide: np.ndarray | None = None, focus: np.ndarray | None = None
+    ) -> Tree:
+        """A new tree with `hide` nodes spliced out (their values and children go to their parent)
+        and, with `focus`, only the subtrees rooted at focus nodes, re-rooted and merged by frame."""
+        n = len(self.parent)
+        parent = self.parent.tolist()
+        frame = self.frame.tolist()
+        hide_l = hide.tolist() if hide is not None else [False] * n
+        focus_l = focus.tolist() if focus is not None else None
+        new = [0] * n
+        inside = [focus_l is None] * n
+        intern: dict[tuple[int, int], int] = {}
+        new_parent = [0]
+        new_frame = [0]
+        origin = [0]
+        for i in range(1, n):
+            p = parent[i]
+            if focus_l is not None:
+                inside[i] = inside[p] or focus_l[i]
+                if not inside[i]:
+                    new[i] = -1
+                    continue
+                np_ = new[p] if inside[p] else 0
+            else:
+                np_ = new[p]
+            if hide_l[i]:
+                new[i] = np_
+                continue
+            key = (np_, frame[i])
+            j = intern.get(key)
+            if j is None:
+                j = len(new_parent)
+                intern[key] = j
+                new_parent.append(np_)
+                new_frame.append(frame[i])
+                origin.append(i)
+            else:
+                origin[j] = -1
+            new[i] = j
+        mapping = np.asarray(new, dtype=np.int64)
+        keep = mapping >= 0
+        if focus_l is not None:
+            keep[0] = False  # the root's own value lies outside every focused subtree
+        m = len(new_parent)
+        parent_a = np.asarray(new_parent, dtype=np.int64)
+        data = {}
+        for name, md in self.metrics.items():
+            tgt = mapping[keep]
+            exc = np.zeros(m)
+            np.add.at(exc, tgt, md.exc[keep])
+            count = np.zeros(m, dtype=np.int64)
+            np.add.at(count, tgt, md.count[keep])
+            has = md.count[keep] > 0
+            vmin = np.full(m, np.inf)
+            np.minimum.at(vmin, tgt[has], md.min[keep][has])
+            vmax = np.full(m, -np.inf)
+            np.maximum.at(vmax, tgt[has], md.max[keep][has])
+            vmin[count == 0] = 0.0
+            vmax[count == 0] = 0.0
+            data[name] = MetricData(exc, _inclusive(parent_a, exc), count, vmin, vmax)
+        origin_a = np.asarray(origin, dtype=np.int64)
+        origin_a[0] = 0 if focus_l is None else -1
+        return Tree(
+            self.profile,
+            parent_a,
+            np.asarray(new_frame, dtype=np.int64),
+            data,
+            origin_a,
+            self.frames,
+        )
+
+
+@dataclass
+class ProfileInfo:
+    """What the views need of a profile besides its tree (a light stand-in for Profile)."""
+
+    path: str
+    meta: dict[str, str]
+    metrics: dict[str, Metric]
+    frames: dict[int, Frame]
+    props: dict[int, dict[str, str]]
+    totals: dict[str, float]
+
+    @property
+    def notes(self) -> list[str]:
+        try:
+            return list(json.loads(self.meta.get("notes", "[]")))
+        except ValueError:
+            return []
+
+    def default_metric(self) -> str:
+        for m in ("gpu_time", "cpu_time", "op_time", "wall_time"):
+            if self.totals.get(m, 0) > 0:
+                return m
+        return next(iter(self.metrics), "cpu_time")
+
+
+def load_tree(
+    path: str | os.PathLike,
+    metrics: Iterable[str] | Callable[[ProfileInfo], Iterable[str]] | None = None,
+) -> Tree:
+    """Read a .dctx file straight into a Tree (bulk reads into numpy arrays; only the metrics
+    asked for, all when None; `metrics` may be a function of the ProfileInfo that picks them).
+    Validates the file as deepcontext.load does."""
+    path = os.fspath(path)
+    con = _open(path)
+    try:
+        return _read_tree(con, path, metrics)
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{path}: corrupt profile ({e})") from None
+    finally:
+        con.close()
+
+
+def _read_tree(con: sqlite3.Connection, path: str, metrics) -> Tree:
+    check = con.execute("PRAGMA quick_check").fetchone()[0]
+    if check != "ok":
+        raise ProfileError(f"{path}: corrupt profile (integrity check: {check})")
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    strings = dict(con.execute("SELECT id, s FROM strings"))
+    strings.setdefault(0, "")
+    frames = {}
+    for fid, kind, name, file, line, module in con.execute(
+        "SELECT id, kind, name, file, line, module FROM frames"
+    ):
+        kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
+        frames[fid] = Frame(
+            kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
+        )
+    frames.setdefault(0, Frame("root", "", "", 0, ""))
+    rows = np.array(
+        con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall(), dtype=np.int64
+    ).reshape(-1, 3)
+    n = int(rows[-1, 0]) + 1 if len(rows) else 1
+    parent = np.zeros(n, dtype=np.int64)
+    frame = np.zeros(n, dtype=np.int64)
+    rest = rows[rows[:, 0] != 0]
+    if len(rest) and bool((rest[:, 1] >= rest[:, 0]).any()):
+        bad = rest[rest[:, 1] >= rest[:, 0]][0]
+        raise ProfileError(f"{path}: corrupt profile (node {bad[0]} has parent {bad[1]})")
+    if len(rest) and bool((rest[:, 1] < 0).any()):
+        raise ProfileError(f"{path}: corrupt profile (negative parent id)")
+    parent[rest[:, 0]] = rest[:, 1]
+    frame[rest[:, 0]] = rest[:, 2]
+    missing = np.setdiff1d(np.unique(frame), np.fromiter(frames.keys(), dtype=np.int64))
+    if len(missing):
+        raise ProfileError(f"{path}: corrupt profile (node refers to unknown frame {missing[0]})")
+    known = {}
+    for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
+        known[name] = Metric(mid, name, unit, desc)
+    totals = {name: 0.0 for name in known}
+    by_id = {m.id: m.name for m in known.values()}
+    for mid, inc in con.execute("SELECT metric, inc FROM node_metrics WHERE node = 0"):
+        if mid in by_id:
+            totals[by_id[mid]] = inc
+    props: dict[int, dict[str, str]] = {}
+    for node, key, value in con.execute("SELECT node, key, value FROM node_props"):
+        props.setdefault(node, {})[key] = value
+    info = ProfileInfo(path, meta, known, frames, props, totals)
+    if callable(metrics):
+        metrics = metrics(info)
+    wanted = list(known) if metrics is None else list(metrics)
+    data = {}
+    for m in wanted:
+        if m not in known:
+            raise UserError(
+                f"unknown metric {m!r} (this profile has: {', '.join(known) or 'none'})"
+            )
+        vals = np.array(
+            con.execute(
+                "SELECT node, sum, count, min, max, inc FROM node_metrics WHERE metric = ?",
+                (known[m].id,),
+            ).fetchall(),
+            dtype=np.float64,
+        ).reshape(-1, 6)
+        ids = vals[:, 0].astype(np.int64)
+        ok = (ids >= 0) & (ids < n)
+        ids, vals = ids[ok], vals[ok]
+        md = MetricData(
+            np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n)
+        )
+        md.exc[ids] = vals[:, 1]
+        md.count[ids] = vals[:, 2].astype(np.int64)
+        md.min[ids] = vals[:, 3]
+        md.max[ids] = vals[:, 4]
+        md.inc[ids] = vals[:, 5]
+        data[m] = md
+    return Tree(info, parent, frame, data, np.arange(n, dtype=np.int64), frames)
+
+
+def _inclusive(parent: np.ndarray, exc: np.ndarray) -> np.ndarray:
+    """Subtree sums of `exc`, level by level from the deepest (parent < id for every node)."""
+    n = len(parent)
+    if n == 1:
+        return exc.copy()
+    depth = np.zeros(n, dtype=np.int64)
+    pl = parent.tolist()
+    dl = [0] * n
+    for i in range(1, n):
+        dl[i] = dl[pl[i]] + 1
+    depth = np.asarray(dl, dtype=np.int64)
+    inc = exc.copy()
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
+    for d in range(int(depth.max()), 0, -1):
+        nodes = order[bounds[d] : bounds[d + 1]]
+        np.add.at(inc, parent[nodes], inc[nodes])
+    return inc
+
+
+def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float) -> Tree:
+    """The bottom-up tree: the root's children are the frames where values were measured
+    (exclusive), each node's children its callers. A node's inclusive value is what was measured
+    in the frames below it in this tree, along that caller chain; its exclusive value is the part
+    of that measured in its own frame (so only the first level has one).
+
+    Nodes whose primary inclusive is below `min_value`, or deeper than `max_depth`, are not built.
+    """
+    names = list(tree.metrics)
+    n = len(tree.parent)
+    measured = np.zeros(n, dtype=bool)
+    for md in tree.metrics.values():
+        measured |= md.exc != 0
+    measured[0] = False
+    cursors = np.nonzero(measured)[0]
+    vals = np.stack([tree.metrics[m].exc[cursors] for m in names], axis=1) if names else None
+    counts = np.stack([tree.metrics[m].count[cursors] for m in names], axis=1) if names else None
+    pi = names.index(primary)
+    k = len(names)
+    fspan = int(tree.frame.max()) + 1
+    level_parent = [np.zeros(1, dtype=np.int64)]
+    level_frame = [np.zeros(1, dtype=np.int64)]
+    level_inc = [vals.sum(axis=0, keepdims=True) if len(cursors) else np.zeros((1, k))]
+    level_exc = [np.zeros((1, k))]
+    level_cnt = [np.zeros((1, k), dtype=np.int64)]
+    owner = np.zeros(len(cursors), dtype=np.int64)  # inverted node each cursor sits under
+    at = cursors.copy()  # the tree node each cursor has reached
+    built = 1
+    level = 0
+    while len(at) and (max_depth is None or level < max_depth):
+        fr = tree.frame[at]
+        uniq, inv = np.unique(owner * fspan + fr, return_inverse=True)
+        sums = np.zeros((len(uniq), k))
+        np.add.at(sums, inv, vals)
+        kept = sums[:, pi] >= min_value if min_value > 0 else np.ones(len(uniq), dtype=bool)
+        ids = np.full(len(uniq), -1, dtype=np.int64)
+        ids[kept] = built + np.arange(int(kept.sum()))
+        built += int(kept.sum())
+        level_parent.append(uniq[kept] // fspan)
+        level_frame.append(uniq[kept] % fspan)
+        level_inc.append(sums[kept])
+        if level == 0:
+            cnt = np.zeros((len(uniq), k), dtype=np.int64)
+            np.add.at(cnt, inv, counts)
+            level_exc.append(sums[kept])
+            level_cnt.append(cnt[kept])
+        else:
+            level_exc.append(np.zeros((int(kept.sum()), k)))
+            level_cnt.append(np.zeros((int(kept.sum()), k), dtype=np.int64))
+        new_owner = ids[inv]
+        nxt = tree.parent[at]
+        alive = (new_owner >= 0) & (nxt != 0)
+        owner = new_owner[alive]
+        at = nxt[alive]
+        vals = vals[alive]
+        level += 1
+    out_parent = np.concatenate(level_parent)
+    out_frame = np.concatenate(level_frame)
+    inc = np.concatenate(level_inc)
+    exc = np.concatenate(level_exc)
+    cnt = np.concatenate(level_cnt)
+    zeros = np.zeros(len(out_parent))
+    data = {
+        m: MetricData(exc[:, k].copy(), inc[:, k].copy(), cnt[:, k].copy(), zeros, zeros)
+        for k, m in enumerate(names)
+    }
+    return Tree(
+        tree.profile,
+        out_parent,
+        out_frame,
+        data,
+        np.full(len(out_parent), -1, dtype=np.int64),
+        tree.frames,
+    )
+
+
+def flat_rows(tree: Tree) -> list[dict]:
+    """One row per frame: exclusive = sum over its nodes; inclusive = sum over its nodes that have
+    no ancestor with the same frame (so recursion is not counted twice)."""
+    outer = outermost(tree.parent, tree.frame)
+    fr = tree.frame
+    top = int(fr.max()) + 1
+    rows_by_frame: dict[int, dict] = {}
+    present = np.zeros(top, dtype=bool)
+    for md in tree.metrics.values():
+        present |= np.bincount(fr[1:], weights=np.abs(md.inc[1:]), minlength=top) > 0
+    sums = {}
+    for m, md in tree.metrics.items():
+        exc = np.bincount(fr[1:], weights=md.exc[1:], minlength=top)
+        inc = np.bincount(fr[outer], weights=md.inc[outer], minlength=top)
+        cnt = np.bincount(fr[1:], weights=md.count[1:], minlength=top)
+        sums[m] = (exc, inc, cnt)
+    for fid in np.nonzero(present)[0].tolist():
+        rows_by_frame[fid] = {
+            "frame": fid,
+            "metrics": {
+                m: {
+                    "inclusive": float(inc[fid]),
+                    "exclusive": float(exc[fid]),
+                    "count": int(cnt[fid]),
+                }
+                for m, (exc, inc, cnt) in sums.items()
+            },
+        }
+    return list(rows_by_frame.values())
+
+
+def outermost(parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """Per node: True when no ancestor has the same frame (the root is never outermost).
+
+    Every node walks up its ancestors in lock step with the others, so the work is the sum of
+    the depths, done in numpy."""
+    n = len(parent)
+    outer = np.ones(n, dtype=bool)
+    outer[0] = False
+    active = np.arange(1, n)
+    anc = parent[active]
+    while len(active):
+        live = anc != 0
+        active, anc = active[live], anc[live]
+        same = frame[anc] == frame[active]
+        outer[active[same]] = False
+        keep = ~same
+        active, anc = active[keep], parent[anc[keep]]
+    return outer
+
+
+def parse_kinds(values: Iterable[str]) -> set[str]:
+    kinds = set()
+    for v in values:
+        for k in v.split(","):
+            k = k.strip()
+            if not k:
+                continue
+            if k not in FRAME_KINDS:
+                raise UserError(f"unknown frame kind {k!r} (kinds: {', '.join(FRAME_KINDS[1:])})")
+            kinds.add(k)
+    return kinds
+
+
+def compile_regex(pattern: str, what: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise UserError(f"bad {what} regex {pattern!r}: {e}") from None
+
+
+def frame_matches(pattern: re.Pattern) -> Callable[[Frame], bool]:
+    def match(f: Frame) -> bool:
+        if f.kind == "root":
+            return False
+        return bool(pattern.search(frame_label(f)) or (f.file and pattern.search(f.file)))
+
+    return match
+
+
+def visible_nodes(
+    tree: Tree, primary: str, *, max_depth: int | None, min_value: float
+) -> list[tuple[int, int]]:
+    """(node, depth) in display order: children by decreasing primary inclusive, pruned."""
+    inc = tree.metrics[primary].inc
+    out = []
+    stack = [(0, 0)]
+    while stack:
+        node, d = stack.pop()
+        out.append((node, d))
+        if max_depth is not None and d >= max_depth:
+            continue
+        kids = tree.children(node)
+        if len(kids) == 0:
+            continue
+        kv = inc[kids]
+        if min_value > 0:
+            kids = kids[kv >= min_value]
+        kids = kids[np.argsort(-inc[kids], kind="stable")]
+        stack.extend((int(k), d + 1) for k in kids[::-1])
+    return out
+
+
+def text_tree(
+    tree: Tree,
+    metrics: list[str],
+    *,
+    max_depth: int | None,
+    min_share: float,
+    units: dict[str, str],
+) -> list[str]:
+    primary = metrics[0]
+    total = float(tree.metrics[primary].inc[0])
+    min_value = total * min_share / 100.0 if total > 0 else 0.0
+    rows = []
+    for node, d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
+        cells = [format_share(tree.metrics[primary].inc[node], total)]
+        for m in metrics:
+            md = tree.metrics[m]
+            cells.append(format_value(float(md.inc[node]), units[m]))
+            cells.append(format_value(float(md.exc[node]), units[m]))
+        rows.append((cells, "  " * d + tree.label(node)))
+    header = ["%"] + [f"{m} {part}" for m in metrics for part in ("incl", "excl")]
+    return _columns(header, rows)
+
+
+def _columns(header: list[str], rows: list[tuple[list[str], str]]) -> list[str]:
+    widths = [len(h) for h in header]
+    for cells, _ in rows:
+        for k, c in enumerate(cells):
+            widths[k] = max(widths[k], len(c))
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + "  frame"]
+    for cells, label in rows:
+        lines.append(
+            "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + "  " + label
+        )
+    return lines
+
+
+def node_json(tree: Tree, node: int, metrics: list[str], node_id: int | None = None) -> dict:
+    f = tree.frames[int(tree.frame[node])]
+    mdict = {}
+    for m in metrics:
+        md = tree.metrics[m]
+        mdict[m] = {
+            "inclusive": float(md.inc[node]),
+            "exclusive": float(md.exc[node]),
+            "count": int(md.count[node]),
+            "min": float(md.min[node]),
+            "max": float(md.max[node]),
+        }
+    origin = int(tree.origin[node])
+    props = tree.profile.props.get(origin, {}) if origin >= 0 else {}
+    return {
+        "id": int(node if node_id is None else node_id),
+        "frame": frame_dict(f),
+        "label": frame_label(f),
+        "metrics": mdict,
+        "props": dict(props),
+        "children": [],
+    }
+
+
+def json_tree(tree: Tree, metrics: list[str], *, max_depth: int | None, min_share: float) -> dict:
+    primary = metrics[0]
+    total = float(tree.metrics[primary].inc[0])
+    min_value = total * min_share / 100.0 if total > 0 and min_share > 0 else 0.0
+    built: dict[int, dict] = {}
+    root = None
+    for node, _d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
+        j = node_json(tree, node, metrics)
+        built[node] = j
+        if node == 0:
+            root = j
+        else:
+            built[int(tree.parent[node])]["children"].append(j)
+    return root

@@ -1,0 +1,54 @@
+/* C entry points of libdeepcontext_cupti.so, called by python/deepcontext/gpu.py through ctypes.
+ * start/stop from the thread that starts and stops the session; the replay_* functions drive the
+ * buffer processor with recorded records (tests), with the core active and no GPU needed. */
+#ifndef DEEPCONTEXT_GPU_CUPTI_H
+#define DEEPCONTEXT_GPU_CUPTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepcontext/monitor.h"
+#include "records.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  DCTX_CUPTI_OK = 0,
+  DCTX_CUPTI_NOT_FOUND = 1,  /* no libcupti could be loaded */
+  DCTX_CUPTI_CONFLICT = 2,   /* another CUPTI subscriber is active */
+  DCTX_CUPTI_NO_GPU = 3,     /* CUPTI loaded but refused (no driver or device) */
+  DCTX_CUPTI_NO_CORE = 4,    /* the core is not active */
+  DCTX_CUPTI_ACTIVE = 5,     /* already started */
+};
+
+/* candidates: newline-separated library paths or names, tried in order. record_path: NULL, or a
+ * file that receives every callback and record as JSON lines (fixture capture). Returns a
+ * DCTX_CUPTI_* code; dctx_cupti_message() says what happened in one line. */
+int dctx_cupti_start(const char *candidates, const char *record_path);
+/* Waits for the outstanding records, processes them, unsubscribes. Idempotent. */
+void dctx_cupti_stop(void);
+const char *dctx_cupti_message(void);
+/* The loaded library's path, or "" */
+const char *dctx_cupti_library(void);
+
+typedef struct dctx_cupti_replay dctx_cupti_replay;
+dctx_cupti_replay *dctx_cupti_replay_open(void);
+void dctx_cupti_replay_device(dctx_cupti_replay *r, const dctx_gpu_device *device);
+void dctx_cupti_replay_api_enter(dctx_cupti_replay *r, uint64_t thread, const char *cupti_name,
+                                 uint32_t correlation, dctx_node context, uint64_t now_ns);
+void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns,
+                                int failed);
+void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_t graph_node,
+                                  uint64_t original, dctx_node context);
+void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,
+                              uint64_t dropped);
+/* Finishes (metadata, notes) and frees. */
+void dctx_cupti_replay_close(dctx_cupti_replay *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,397 @@
+#include "processor.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "occupancy.h"
+
+namespace dctx::gpu {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::string demangle(const char *mangled) {
+  int status = 0;
+  char *out = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  if (status != 0 || out == nullptr) return mangled;
+  std::string s(out);
+  std::free(out);
+  return s;
+}
+
+const char *copy_kind_name(uint32_t kind) {
+  static const char *const names[] = {"memcpy", "memcpy HtoD", "memcpy DtoH", "memcpy HtoA",
+                                      "memcpy AtoH", "memcpy AtoA", "memcpy AtoD", "memcpy DtoA",
+                                      "memcpy DtoD", "memcpy HtoH", "memcpy PtoP"};
+  return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : names[0];
+}
+
+// CUpti_ActivityMemoryKind values of host memory.
+constexpr uint32_t kMemoryPageable = 1;
+constexpr uint32_t kMemoryPinned = 2;
+// CUpti_ActivityMemcpyKind values with a host side.
+constexpr uint32_t kCopyHtoD = 1, kCopyDtoH = 2, kCopyHtoA = 3, kCopyAtoH = 4;
+
+std::string memcpy_name(const dctx_gpu_activity &r) {
+  std::string name = copy_kind_name(r.copy_kind);
+  uint32_t host = 0;
+  if (r.copy_kind == kCopyHtoD || r.copy_kind == kCopyHtoA) host = r.src_kind;
+  if (r.copy_kind == kCopyDtoH || r.copy_kind == kCopyAtoH) host = r.dst_kind;
+  if (host == kMemoryPageable) name += " (pageable)";
+  if (host == kMemoryPinned) name += " (pinned)";
+  return name;
+}
+
+std::string json_escape(const char *s) {
+  std::string out;
+  for (; *s; ++s) {
+    const unsigned char c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string triple(const int32_t v[3]) {
+  return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + ")";
+}
+
+}  // namespace
+
+dctx_gpu_api_kind classify_api(std::string_view name) {
+  static const std::string_view launch[] = {"cudaLaunchKernel", "cudaLaunchCooperativeKernel",
+                                            "cuLaunchKernel", "cuLaunchCooperativeKernel",
+                                            "cuLaunchGrid"};
+  static const std::string_view graph[] = {"cudaGraphLaunch", "cuGraphLaunch"};
+  static const std::string_view copy[] = {"cudaMemcpy", "cuMemcpy"};
+  static const std::string_view set[] = {"cudaMemset", "cuMemset"};
+  static const std::string_view sync[] = {"cudaDeviceSynchronize", "cudaStreamSynchronize",
+                                          "cudaEventSynchronize", "cuCtxSynchronize",
+                                          "cuStreamSynchronize", "cuEventSynchronize"};
+  if (name == "cuLaunch") return DCTX_GPU_API_LAUNCH;
+  for (auto p : launch)
+    if (starts_with(name, p)) return DCTX_GPU_API_LAUNCH;
+  for (auto p : graph)
+    if (starts_with(name, p)) return DCTX_GPU_API_GRAPH_LAUNCH;
+  for (auto p : copy)
+    if (starts_with(name, p)) return DCTX_GPU_API_MEMCPY;
+  for (auto p : set)
+    if (starts_with(name, p)) return DCTX_GPU_API_MEMSET;
+  for (auto p : sync)
+    if (starts_with(name, p)) return DCTX_GPU_API_SYNC;
+  return DCTX_GPU_API_OTHER;
+}
+
+std::string api_display_name(std::string_view cupti_name) {
+  const size_t v = cupti_name.rfind("_v");
+  if (v != std::string_view::npos && v + 2 < cupti_name.size() &&
+      std::all_of(cupti_name.begin() + static_cast<long>(v) + 2, cupti_name.end(),
+                  [](char c) { return c >= '0' && c <= '9'; }))
+    return std::string(cupti_name.substr(0, v));
+  return std::string(cupti_name);
+}
+
+CorrelationMap::CorrelationMap(size_t capacity_pow2)
+    : slots_(new std::atomic<uint64_t>[capacity_pow2]), mask_(capacity_pow2 - 1) {
+  for (size_t i = 0; i < capacity_pow2; ++i) slots_[i].store(0, std::memory_order_relaxed);
+}
+
+Processor::Processor(DeviceQuery query) : query_(std::move(query)) {
+  m_gpu_time_ = dctx_metric_id("gpu_time", "ns", "GPU kernel execution time");
+  m_launches_ = dctx_metric_id("launches", "count", "GPU kernel launches");
+  m_occupancy_ = dctx_metric_id("occupancy", "ratio",
+                                "theoretical occupancy of the launch (sum over launches; divide by "
+                                "count for the mean)");
+  m_idle_ = dctx_metric_id("gpu_idle_time", "ns",
+                           "time the device ran no kernel before this launch's kernel started, "
+                           "charged to the launch the device waited for");
+  m_sync_ = dctx_metric_id("sync_time", "ns", "CPU time spent in GPU synchronization calls");
+  m_graph_time_ = dctx_metric_id("graph_kernel_time", "ns",
+                                 "GPU time of kernels replayed by this graph launch (the kernels "
+                                 "themselves sit under their capture site)");
+  m_memcpy_time_ = dctx_metric_id("memcpy_time", "ns", "GPU memory copy time");
+  m_memcpy_bytes_ = dctx_metric_id("memcpy_bytes", "bytes", "bytes copied");
+  m_memset_time_ = dctx_metric_id("memset_time", "ns", "GPU memset time");
+  m_memset_bytes_ = dctx_metric_id("memset_bytes", "bytes", "bytes set");
+}
+
+ApiInfo Processor::make_api(std::string_view cupti_name) const {
+  ApiInfo info;
+  info.name = api_display_name(cupti_name);
+  info.kind = classify_api(info.name);
+  dctx_frame frame{};
+  frame.kind = info.kind == DCTX_GPU_API_SYNC ? DCTX_FRAME_SYNC : DCTX_FRAME_GPU_API;
+  frame.name = info.name.c_str();
+  info.frame = dctx_frame_id(&frame);
+  return info;
+}
+
+void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation,
+                          dctx_node context, uint64_t now_ns) {
+  if (state.depth++ == 0) {
+    state.node = dctx_child(context, api.frame);
+    state.info = &api;
+    state.enter_ns = now_ns;
+    state.captured = false;
+    if (api.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
+  }
+  correlations_.put(correlation, state.node);
+}
+
+void Processor::api_exit(ThreadState &state, uint64_t now_ns, bool failed) {
+  if (state.depth == 0 || --state.depth != 0) return;
+  if (state.info->kind == DCTX_GPU_API_SYNC && now_ns > state.enter_ns)
+    dctx_add(state.node, m_sync_, static_cast<double>(now_ns - state.enter_ns));
+  if (state.info->kind == DCTX_GPU_API_LAUNCH && (failed || state.captured))
+    expected_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Processor::graph_node_created(ThreadState &state, uint64_t graph_node, dctx_node context) {
+  const dctx_node node = state.depth > 0 ? state.node : context;
+  if (state.depth > 0) state.captured = true;
+  std::lock_guard lock(graph_mutex_);
+  graph_nodes_[graph_node] = node;
+}
+
+void Processor::graph_node_cloned(uint64_t graph_node, uint64_t original) {
+  std::lock_guard lock(graph_mutex_);
+  auto it = graph_nodes_.find(original);
+  if (it != graph_nodes_.end()) graph_nodes_[graph_node] = it->second;
+}
+
+uint32_t Processor::named_frame(dctx_frame_kind kind, const std::string &name) {
+  const std::string key = std::to_string(kind) + ":" + name;
+  auto it = named_frames_.find(key);
+  if (it != named_frames_.end()) return it->second;
+  dctx_frame frame{};
+  frame.kind = kind;
+  frame.name = name.c_str();
+  return named_frames_[key] = dctx_frame_id(&frame);
+}
+
+uint32_t Processor::kernel_frame(const char *mangled) {
+  const char *key = mangled ? mangled : "<unknown kernel>";
+  auto it = kernel_frames_.find(key);
+  if (it != kernel_frames_.end()) return it->second;
+  const std::string name = demangle(key);
+  dctx_frame frame{};
+  frame.kind = DCTX_FRAME_KERNEL;
+  frame.name = name.c_str();
+  return kernel_frames_[key] = dctx_frame_id(&frame);
+}
+
+dctx_node Processor::base_node(const dctx_gpu_activity &record, bool *from_graph) {
+  *from_graph = false;
+  dctx_node node = 0;
+  if (record.graph_node != 0) {
+    std::lock_guard lock(graph_mutex_);
+    auto it = graph_nodes_.find(record.graph_node);
+    if (it != graph_nodes_.end()) {
+      *from_graph = true;
+      return it->second;
+    }
+  }
+  if (correlations_.get(record.correlation, &node)) return node;
+  ++stats_.unattributed;
+  if (unattributed_node_ == 0)
+    unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
+  return unattributed_node_;
+}
+
+Processor::DeviceState &Processor::device(uint32_t ordinal) {
+  DeviceState &d = devices_[ordinal];
+  if (!d.known) {
+    d.known = true;
+    d.props.ordinal = ordinal;
+    if (!query_ || !query_(ordinal, &d.props)) {
+      d.props = dctx_gpu_device{};
+      d.props.ordinal = ordinal;
+    }
+    publish_devices();
+  }
+  return d;
+}
+
+void Processor::kernel(const dctx_gpu_activity &r) {
+  bool from_graph = false;
+  const dctx_node base = base_node(r, &from_graph);
+  const dctx_node node = dctx_child(base, kernel_frame(r.name));
+  const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
+  dctx_add(node, m_gpu_time_, duration);
+  dctx_add(node, m_launches_, 1);
+  ++stats_.kernels;
+  stats_.gpu_time_ns += duration;
+  if (from_graph) {
+    ++stats_.graph_kernels;
+    dctx_node replay = 0;
+    if (correlations_.get(r.correlation, &replay)) dctx_add(replay, m_graph_time_, duration);
+  } else if (r.graph_node == 0 && base != unattributed_node_) {
+    ++stats_.launches_received;
+  }
+
+  DeviceState &dev = device(r.device);
+  const uint64_t threads = uint64_t(r.block[0]) * uint64_t(r.block[1]) * uint64_t(r.block[2]);
+  const uint64_t shared = uint64_t(std::max(r.static_smem, 0)) + uint64_t(std::max(r.dynamic_smem, 0));
+  const OccupancyLimits occ = theoretical_occupancy(dev.props, threads, r.registers, shared);
+  if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occ.occupancy);
+
+  const KernelShape shape{{r.grid[0], r.grid[1], r.grid[2]},
+                          {r.block[0], r.block[1], r.block[2]},
+                          r.registers,
+                          r.static_smem,
+                          r.dynamic_smem};
+  auto [it, inserted] = shapes_.try_emplace(node, shape);
+  if (inserted || !(it->second == shape)) {
+    it->second = shape;
+    dctx_set_prop(node, "grid", triple(r.grid).c_str());
+    dctx_set_prop(node, "block", triple(r.block).c_str());
+    dctx_set_prop(node, "registers_per_thread", std::to_string(r.registers).c_str());
+    dctx_set_prop(node, "static_shared_bytes", std::to_string(r.static_smem).c_str());
+    dctx_set_prop(node, "dynamic_shared_bytes", std::to_string(r.dynamic_smem).c_str());
+    if (dev.props.max_threads_per_sm != 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3f", occ.occupancy);
+      dctx_set_prop(node, "theoretical_occupancy", buf);
+      dctx_set_prop(node, "blocks_per_sm", std::to_string(occ.blocks_per_sm).c_str());
+    }
+  }
+  if (r.end > r.start) dev.pending.push_back({r.start, r.end, base});
+}
+
+void Processor::memcpy(const dctx_gpu_activity &r) {
+  bool from_graph = false;
+  const dctx_node base = base_node(r, &from_graph);
+  const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMCPY, memcpy_name(r)));
+  dctx_add(node, m_memcpy_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
+  dctx_add(node, m_memcpy_bytes_, static_cast<double>(r.bytes));
+  ++stats_.memcpys;
+  device(r.device);
+}
+
+void Processor::memset(const dctx_gpu_activity &r) {
+  bool from_graph = false;
+  const dctx_node base = base_node(r, &from_graph);
+  const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMSET, "memset"));
+  dctx_add(node, m_memset_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
+  dctx_add(node, m_memset_bytes_, static_cast<double>(r.bytes));
+  ++stats_.memsets;
+  device(r.device);
+}
+
+void Processor::sweep_idle() {
+  for (auto &[ordinal, dev] : devices_) {
+    if (dev.pending.empty()) continue;
+    std::sort(dev.pending.begin(), dev.pending.end(),
+              [](const Interval &a, const Interval &b) { return a.start < b.start; });
+    for (const Interval &k : dev.pending) {
+      if (dev.busy_until != 0 && k.start > dev.busy_until) {
+        const double gap = static_cast<double>(k.start - dev.busy_until);
+        dctx_add(k.node, m_idle_, gap);
+        dev.idle_ns += gap;
+      }
+      dev.busy_until = std::max(dev.busy_until, k.end);
+    }
+    dev.pending.clear();
+  }
+}
+
+void Processor::process(const dctx_gpu_activity *records, size_t count) {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < count; ++i) {
+    switch (records[i].kind) {
+      case DCTX_GPU_KERNEL: kernel(records[i]); break;
+      case DCTX_GPU_MEMCPY: memcpy(records[i]); break;
+      case DCTX_GPU_MEMSET: memset(records[i]); break;
+      default: break;
+    }
+  }
+  sweep_idle();
+}
+
+void Processor::add_dropped(uint64_t count) {
+  std::lock_guard lock(mutex_);
+  stats_.dropped += count;
+}
+
+void Processor::publish_devices() {
+  std::string json = "[";
+  for (const auto &[ordinal, dev] : devices_) {
+    const dctx_gpu_device &p = dev.props;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"ordinal\": %u, \"name\": \"%s\", \"compute_capability\": \"%u.%u\", "
+                  "\"sm_count\": %u, \"max_threads_per_sm\": %u, \"max_blocks_per_sm\": %u, "
+                  "\"registers_per_sm\": %u, \"shared_memory_per_sm\": %u, \"clock_khz\": %u, "
+                  "\"memory_clock_khz\": %u, \"total_memory\": %llu, \"idle_ns\": %.0f}",
+                  json.size() > 1 ? ", " : "", ordinal, json_escape(p.name).c_str(), p.cc_major,
+                  p.cc_minor, p.sm_count, p.max_threads_per_sm, p.max_blocks_per_sm, p.regs_per_sm,
+                  p.smem_per_sm, p.clock_khz, p.mem_clock_khz,
+                  static_cast<unsigned long long>(p.total_mem), dev.idle_ns);
+    json += buf;
+  }
+  json += "]";
+  dctx_set_meta("gpu_devices", json.c_str());
+}
+
+void Processor::finish(bool final) {
+  std::lock_guard lock(mutex_);
+  sweep_idle();
+  publish_devices();
+  stats_.launches_expected = expected_.load(std::memory_order_relaxed);
+  const ProcessorStats &s = stats_;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
+                "%llu, \"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
+                "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
+                (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
+                (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
+                (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
+                (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
+                s.gpu_time_ns);
+  dctx_set_meta("gpu_stats", buf);
+  if (!final) return;
+  if (s.dropped > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "CUPTI dropped %llu GPU activity records (its buffers were full): GPU metrics "
+                  "are incomplete",
+                  (unsigned long long)s.dropped);
+    dctx_note(buf);
+  }
+  if (s.unattributed > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%llu GPU activity records had no launch context (launched before profiling "
+                  "started); they are under <no launch context>",
+                  (unsigned long long)s.unattributed);
+    dctx_note(buf);
+  }
+  if (s.launches_expected > s.launches_received) {
+    std::snprintf(buf, sizeof buf,
+                  "%llu of %llu kernel launches produced no activity record (another CUPTI client "
+                  "such as torch.profiler may have taken the activity buffers)",
+                  (unsigned long long)(s.launches_expected - s.launches_received),
+                  (unsigned long long)s.launches_expected);
+    dctx_note(buf);
+  }
+}
+
+ProcessorStats Processor::stats() const {
+  std::lock_guard lock(mutex_);
+  ProcessorStats s = stats_;
+  s.launches_expected = expected_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace dctx::gpu

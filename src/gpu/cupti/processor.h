@@ -1,0 +1,151 @@
+/* Turns GPU API callbacks and decoded activity records into calling-context nodes and metrics.
+ * The launching thread calls api_enter/api_exit/graph_node_* (lock-free map stores, no I/O); the
+ * buffer thread calls process() and finish(). Knows nothing of CUPTI: the tracer and the replay
+ * entry points feed it, so the same logic runs on recorded records without a GPU. */
+#ifndef DEEPCONTEXT_GPU_CUPTI_PROCESSOR_H
+#define DEEPCONTEXT_GPU_CUPTI_PROCESSOR_H
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "deepcontext/monitor.h"
+#include "records.h"
+
+namespace dctx::gpu {
+
+/* What the tracer knows of one API callback id. */
+struct ApiInfo {
+  dctx_gpu_api_kind kind = DCTX_GPU_API_OTHER;
+  std::string name;    /* cudaLaunchKernel, without CUPTI's _vNNNN suffix */
+  uint32_t frame = 0;  /* dctx frame id of the API node */
+};
+
+dctx_gpu_api_kind classify_api(std::string_view name);
+/* "cudaLaunchKernel_v7000" -> "cudaLaunchKernel"; "cuLaunchKernel_ptsz" stays. */
+std::string api_display_name(std::string_view cupti_name);
+
+/* Per launching thread: the outermost intercepted API call in progress (a runtime call's driver
+ * calls are nested in it and share its node). */
+struct ThreadState {
+  uint32_t depth = 0;
+  dctx_node node = 0;
+  const ApiInfo *info = nullptr;
+  uint64_t enter_ns = 0;
+  bool captured = false; /* a launch recorded into a graph under stream capture: no record comes */
+};
+
+/* correlation id -> node, bounded: a fixed ring indexed by the id, each slot one atomic word
+ * holding (id, node). A lookup matches only its own id, so an evicted entry is a miss, never a
+ * wrong context. */
+class CorrelationMap {
+ public:
+  explicit CorrelationMap(size_t capacity_pow2 = size_t{1} << 20);
+  void put(uint32_t correlation, dctx_node node) {
+    slots_[correlation & mask_].store((uint64_t{correlation} << 32) | node, std::memory_order_release);
+  }
+  bool get(uint32_t correlation, dctx_node *node) const {
+    const uint64_t v = slots_[correlation & mask_].load(std::memory_order_acquire);
+    if ((v >> 32) != correlation || v == 0) return false;
+    *node = static_cast<dctx_node>(v & 0xffffffffu);
+    return true;
+  }
+
+ private:
+  std::unique_ptr<std::atomic<uint64_t>[]> slots_;
+  size_t mask_;
+};
+
+struct ProcessorStats {
+  uint64_t kernels = 0, memcpys = 0, memsets = 0;
+  uint64_t graph_kernels = 0;      /* kernels replayed from a graph, placed at their capture site */
+  uint64_t unattributed = 0;       /* records whose correlation id had no launch context */
+  uint64_t dropped = 0;            /* records CUPTI reported as dropped */
+  uint64_t launches_expected = 0;  /* kernel launch calls that must produce one record each */
+  uint64_t launches_received = 0;  /* kernel records (not from graphs) that matched a launch */
+  double gpu_time_ns = 0;
+};
+
+class Processor {
+ public:
+  using DeviceQuery = std::function<bool(uint32_t ordinal, dctx_gpu_device *out)>;
+  /* Registers metrics and frames: the core must be active. */
+  explicit Processor(DeviceQuery query);
+
+  ApiInfo make_api(std::string_view cupti_name) const;
+
+  /* context: the thread's unified call path, read by the caller only when state.depth == 0. */
+  void api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation, dctx_node context,
+                 uint64_t now_ns);
+  void api_exit(ThreadState &state, uint64_t now_ns, bool failed);
+  /* context as in api_enter (used when no intercepted API call is in progress). */
+  void graph_node_created(ThreadState &state, uint64_t graph_node, dctx_node context);
+  void graph_node_cloned(uint64_t graph_node, uint64_t original);
+
+  /* One activity buffer's records (any order). Serialised internally. */
+  void process(const dctx_gpu_activity *records, size_t count);
+  void add_dropped(uint64_t count);
+  /* Writes device metadata and counters into the profile's meta; with final, also the notes on
+   * dropped, unattributed or missing records. */
+  void finish(bool final);
+
+  ProcessorStats stats() const;
+  uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Interval {
+    uint64_t start, end;
+    dctx_node node;
+  };
+  struct DeviceState {
+    bool known = false;
+    dctx_gpu_device props{};
+    uint64_t busy_until = 0;
+    double idle_ns = 0;
+    std::vector<Interval> pending;
+  };
+  struct KernelShape {
+    int32_t grid[3], block[3];
+    uint32_t registers;
+    int32_t static_smem, dynamic_smem;
+    bool operator==(const KernelShape &) const = default;
+  };
+
+  dctx_node base_node(const dctx_gpu_activity &record, bool *from_graph);
+  void kernel(const dctx_gpu_activity &record);
+  void memcpy(const dctx_gpu_activity &record);
+  void memset(const dctx_gpu_activity &record);
+  DeviceState &device(uint32_t ordinal);
+  uint32_t kernel_frame(const char *mangled);
+  uint32_t named_frame(dctx_frame_kind kind, const std::string &name);
+  void sweep_idle();
+  void publish_devices();
+
+  DeviceQuery query_;
+  CorrelationMap correlations_;
+  std::atomic<uint64_t> expected_{0};
+
+  std::mutex graph_mutex_;
+  std::unordered_map<uint64_t, dctx_node> graph_nodes_;
+
+  mutable std::mutex mutex_;  // everything below: buffer processing
+  ProcessorStats stats_;
+  std::unordered_map<uint32_t, DeviceState> devices_;
+  std::unordered_map<std::string, uint32_t> kernel_frames_;
+  std::unordered_map<std::string, uint32_t> named_frames_;
+  std::unordered_map<dctx_node, KernelShape> shapes_;
+  dctx_node unattributed_node_ = 0;
+
+  dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;
+  dctx_metric m_memcpy_time_, m_memcpy_bytes_, m_memset_time_, m_memset_bytes_;
+};
+
+}  // namespace dctx::gpu
+
+#endif

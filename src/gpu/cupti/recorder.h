@@ -1,0 +1,42 @@
+/* Fixture capture: writes every intercepted callback and decoded activity record as one JSON line,
+ * with the launching context as its full path, so tests can replay real CUPTI traffic without a
+ * GPU (tests/gpu/replay.py). Any thread; serialised by one mutex (capture runs only). */
+#ifndef DEEPCONTEXT_GPU_CUPTI_RECORDER_H
+#define DEEPCONTEXT_GPU_CUPTI_RECORDER_H
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "deepcontext/monitor.h"
+#include "records.h"
+
+namespace dctx::gpu {
+
+class Recorder {
+ public:
+  using DeviceQuery = std::function<bool(uint32_t ordinal, dctx_gpu_device *out)>;
+  Recorder(const char *path, DeviceQuery query);
+  ~Recorder();
+  void api_enter(const std::string &name, int domain, uint32_t correlation, bool outermost,
+                 dctx_node context, uint64_t now_ns);
+  void api_exit(uint64_t now_ns, bool failed);
+  void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context);
+  void buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped);
+  void close();
+
+ private:
+  void write_path(std::string &out, dctx_node node);
+  void write_line(const std::string &line);
+  std::mutex mutex_;
+  FILE *file_ = nullptr;
+  DeviceQuery query_;
+  std::set<uint32_t> devices_;
+};
+
+}  // namespace dctx::gpu
+
+#endif

@@ -1,0 +1,457 @@
+// The CUPTI subscriber: libcupti loaded with dlopen, launch/copy/sync callbacks feeding the
+// Processor on the launching thread, activity buffers decoded and processed on CUPTI's thread.
+#include <cupti.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deepcontext_cupti.h"
+#include "processor.h"
+#include "recorder.h"
+
+namespace dctx::gpu {
+namespace {
+
+// Entry points of libcupti, resolved once at start; cupti.h only provides their types.
+struct CuptiApi {
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
+  decltype(&cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&cuptiGetCallbackName) callback_name = nullptr;
+  decltype(&cuptiActivityEnable) activity_enable = nullptr;
+  decltype(&cuptiActivityDisable) activity_disable = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiGetGraphNodeId) graph_node_id = nullptr;
+
+  bool load(void *lib) {
+    bool ok = true;
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      ok = ok && fn != nullptr;
+    };
+    sym(subscribe, "cuptiSubscribe");
+    sym(unsubscribe, "cuptiUnsubscribe");
+    sym(enable_callback, "cuptiEnableCallback");
+    sym(callback_name, "cuptiGetCallbackName");
+    sym(activity_enable, "cuptiActivityEnable");
+    sym(activity_disable, "cuptiActivityDisable");
+    sym(register_callbacks, "cuptiActivityRegisterCallbacks");
+    sym(flush_all, "cuptiActivityFlushAll");
+    sym(next_record, "cuptiActivityGetNextRecord");
+    sym(dropped_records, "cuptiActivityGetNumDroppedRecords");
+    sym(result_string, "cuptiGetResultString");
+    sym(graph_node_id, "cuptiGetGraphNodeId");
+    return ok;
+  }
+  std::string describe(CUptiResult r) const {
+    const char *s = nullptr;
+    if (result_string && result_string(r, &s) == CUPTI_SUCCESS && s) return s;
+    return "CUPTI error " + std::to_string(static_cast<int>(r));
+  }
+};
+
+// Device properties from the driver, read on the buffer thread the first time a device appears
+// (the driver is initialised by then: it ran the kernel).
+class DriverQuery {
+ public:
+  bool operator()(uint32_t ordinal, dctx_gpu_device *out) {
+    std::call_once(once_, [this] { load(); });
+    if (!get_ || !attr_) return false;
+    CUdevice dev = 0;
+    if (get_(&dev, static_cast<int>(ordinal)) != CUDA_SUCCESS) return false;
+    auto a = [&](CUdevice_attribute attr) {
+      int v = 0;
+      return attr_(&v, attr, dev) == CUDA_SUCCESS && v > 0 ? static_cast<uint32_t>(v) : 0u;
+    };
+    out->ordinal = ordinal;
+    if (!name_ || name_(out->name, sizeof out->name, dev) != CUDA_SUCCESS) out->name[0] = 0;
+    out->cc_major = a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    out->cc_minor = a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    out->sm_count = a(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    out->max_threads_per_sm = a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+    out->max_blocks_per_sm = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+    out->regs_per_sm = a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+    out->smem_per_sm = a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    out->reserved_smem_per_block = a(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+    out->warp_size = a(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    out->clock_khz = a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+    out->mem_clock_khz = a(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+    size_t bytes = 0;
+    if (mem_ && mem_(&bytes, dev) == CUDA_SUCCESS) out->total_mem = bytes;
+    return true;
+  }
+
+ private:
+  void load() {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    get_ = reinterpret_cast<decltype(get_)>(dlsym(lib, "cuDeviceGet"));
+    attr_ = reinterpret_cast<decltype(attr_)>(dlsym(lib, "cuDeviceGetAttribute"));
+    name_ = reinterpret_cast<decltype(name_)>(dlsym(lib, "cuDeviceGetName"));
+    mem_ = reinterpret_cast<decltype(mem_)>(dlsym(lib, "cuDeviceTotalMem_v2"));
+  }
+  std::once_flag once_;
+  CUresult (*get_)(CUdevice *, int) = nullptr;
+  CUresult (*attr_)(int *, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*name_)(char *, int, CUdevice) = nullptr;
+  CUresult (*mem_)(size_t *, CUdevice) = nullptr;
+};
+
+constexpr size_t kBufferSize = size_t{8} << 20;
+constexpr CUpti_ActivityKind kActivityKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                                 CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMSET};
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+class Tracer {
+ public:
+  int start(const char *candidates, const char *record_path);
+  void stop();
+  void flush(bool final);
+  const std::string &message() const { return message_; }
+  const std::string &library() const { return library_path_; }
+
+ private:
+  static void CUPTIAPI on_callback(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                   const void *data);
+  static void CUPTIAPI on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records);
+  static void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer,
+                                           size_t size, size_t valid);
+  static void on_flush(int final, void *user);
+
+  bool load_library(const char *candidates);
+  void enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
+                            std::vector<std::unique_ptr<ApiInfo>> &table);
+  void api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                    const CUpti_CallbackData *data);
+  void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
+  void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
+  void wait_for_records();
+
+  CuptiApi api_;
+  void *lib_ = nullptr;
+  std::string library_path_;
+  std::string message_;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  std::unique_ptr<Processor> processor_;
+  std::unique_ptr<Recorder> recorder_;
+  std::vector<std::unique_ptr<ApiInfo>> runtime_apis_, driver_apis_;
+  std::atomic<bool> running_{false};
+  int flush_hook_ = 0;
+  std::mutex lifecycle_;
+};
+
+Tracer g_tracer;
+thread_local ThreadState t_state;
+
+bool Tracer::load_library(const char *candidates) {
+  std::string tried;
+  const std::string all = candidates ? candidates : "";
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t end = all.find('\n', pos);
+    if (end == std::string::npos) end = all.size();
+    const std::string path = all.substr(pos, end - pos);
+    pos = end + 1;
+    if (path.empty()) continue;
+    void *lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      if (path.find('/') != std::string::npos) tried += (tried.empty() ? "" : ", ") + path;
+      continue;
+    }
+    if (!api_.load(lib)) {
+      dlclose(lib);
+      tried += (tried.empty() ? "" : ", ") + path + " (too old)";
+      continue;
+    }
+    lib_ = lib;
+    char resolved[4096] = {};
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void *>(api_.subscribe), &info) && info.dli_fname)
+      std::snprintf(resolved, sizeof resolved, "%s", info.dli_fname);
+    library_path_ = resolved[0] ? resolved : path;
+    return true;
+  }
+  message_ = "GPU metrics off: no CUPTI library found (set DEEPCONTEXT_CUPTI_PATH" +
+             std::string(tried.empty() ? ")" : "; tried " + tried + ")");
+  return false;
+}
+
+void Tracer::enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
+                                  std::vector<std::unique_ptr<ApiInfo>> &table) {
+  table.clear();
+  table.resize(count);
+  for (uint32_t cbid = 1; cbid < count; ++cbid) {
+    const char *name = nullptr;
+    if (api_.callback_name(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+    ApiInfo info = processor_->make_api(name);
+    if (info.kind == DCTX_GPU_API_OTHER) continue;
+    if (api_.enable_callback(1, subscriber_, domain, cbid) != CUPTI_SUCCESS) continue;
+    table[cbid] = std::make_unique<ApiInfo>(std::move(info));
+  }
+}
+
+int Tracer::start(const char *candidates, const char *record_path) {
+  std::lock_guard lock(lifecycle_);
+  if (running_) return DCTX_CUPTI_ACTIVE;
+  if (!dctx_is_active()) {
+    message_ = "GPU metrics off: the profiler core is not active";
+    return DCTX_CUPTI_NO_CORE;
+  }
+  if (!lib_ && !load_library(candidates)) return DCTX_CUPTI_NOT_FOUND;
+  auto driver = std::make_shared<DriverQuery>();
+  auto query = [driver](uint32_t ordinal, dctx_gpu_device *out) { return (*driver)(ordinal, out); };
+  processor_ = std::make_unique<Processor>(query);
+  if (record_path && *record_path) recorder_ = std::make_unique<Recorder>(record_path, query);
+
+  const CUptiResult sub = api_.subscribe(&subscriber_, &Tracer::on_callback, this);
+  if (sub != CUPTI_SUCCESS) {
+    subscriber_ = nullptr;
+    processor_.reset();
+    recorder_.reset();
+    if (sub == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      message_ = "GPU metrics off: another CUPTI client is active (torch.profiler, nsys, ncu or "
+                 "a second profiler); the program runs unprofiled on the GPU";
+      dctx_note(message_.c_str());
+      return DCTX_CUPTI_CONFLICT;
+    }
+    message_ = "GPU metrics off: CUPTI refused to start (" + api_.describe(sub) + ")";
+    dctx_note(message_.c_str());
+    return DCTX_CUPTI_NO_GPU;
+  }
+  enable_api_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_apis_);
+  enable_api_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_apis_);
+  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
+  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
+
+  CUptiResult r = api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
+  for (CUpti_ActivityKind kind : kActivityKinds)
+    if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
+  if (r != CUPTI_SUCCESS) {
+    for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
+    api_.unsubscribe(subscriber_);
+    subscriber_ = nullptr;
+    processor_.reset();
+    recorder_.reset();
+    message_ = "GPU metrics off: CUPTI activity tracing unavailable (" + api_.describe(r) + ")";
+    dctx_note(message_.c_str());
+    return DCTX_CUPTI_NO_GPU;
+  }
+  if (!flush_hook_) flush_hook_ = dctx_register_flush_hook(&Tracer::on_flush, this);
+  dctx_set_meta("cupti_library", library_path_.c_str());
+  message_ = "GPU tracing on (" + library_path_ + ")";
+  running_ = true;
+  return DCTX_CUPTI_OK;
+}
+
+void Tracer::wait_for_records() {
+  // Records of finished work arrive after a flush; those of work still running need more time.
+  // Stop waiting when every launch has its record, or when nothing new came for a while.
+  const uint64_t begin = now_ns();
+  uint64_t last_progress = begin;
+  uint64_t received = processor_->stats().launches_received;
+  for (;;) {
+    api_.flush_all(0);
+    const ProcessorStats s = processor_->stats();
+    if (s.launches_received >= s.launches_expected) break;
+    const uint64_t now = now_ns();
+    if (s.launches_received != received) {
+      received = s.launches_received;
+      last_progress = now;
+    }
+    if (now - last_progress > 500'000'000ull || now - begin > 5'000'000'000ull) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+void Tracer::stop() {
+  std::lock_guard lock(lifecycle_);
+  if (!running_) return;
+  wait_for_records();
+  for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
+  api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  running_ = false;
+  api_.unsubscribe(subscriber_);
+  subscriber_ = nullptr;
+  processor_->finish(true);
+  if (recorder_) recorder_->close();
+}
+
+void Tracer::flush(bool final) {
+  if (final) {
+    stop();
+    return;
+  }
+  std::lock_guard lock(lifecycle_);
+  if (!running_) return;
+  api_.flush_all(0);
+  processor_->finish(false);
+}
+
+void Tracer::on_flush(int final, void *user) { static_cast<Tracer *>(user)->flush(final != 0); }
+
+void CUPTIAPI Tracer::on_callback(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                  const void *data) {
+  auto *self = static_cast<Tracer *>(user);
+  if (!self->running_.load(std::memory_order_relaxed)) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API)
+    self->api_callback(domain, cbid, static_cast<const CUpti_CallbackData *>(data));
+  else if (domain == CUPTI_CB_DOMAIN_RESOURCE)
+    self->resource_callback(cbid, static_cast<const CUpti_ResourceData *>(data));
+}
+
+void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const CUpti_CallbackData *data) {
+  auto &table = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_apis_ : driver_apis_;
+  if (cbid >= table.size() || !table[cbid]) return;
+  const ApiInfo &api = *table[cbid];
+  ThreadState &state = t_state;
+  const uint64_t now = now_ns();
+  if (data->callbackSite == CUPTI_API_ENTER) {
+    const bool outermost = state.depth == 0;
+    const dctx_node context = outermost ? dctx_current() : 0;
+    if (recorder_) recorder_->api_enter(api.name, domain, data->correlationId, outermost, context, now);
+    processor_->api_enter(state, api, data->correlationId, context, now);
+  } else {
+    const int status = data->functionReturnValue ? *static_cast<const int *>(data->functionReturnValue) : 0;
+    if (recorder_) recorder_->api_exit(now, status != 0);
+    processor_->api_exit(state, now, status != 0);
+  }
+}
+
+void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {
+  if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED && cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED)
+    return;
+  const auto *graph = static_cast<const CUpti_GraphData *>(data->resourceDescriptor);
+  if (!graph || !graph->node) return;
+  uint64_t id = 0, original = 0;
+  if (api_.graph_node_id(graph->node, &id) != CUPTI_SUCCESS) return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    if (!graph->originalNode || api_.graph_node_id(graph->originalNode, &original) != CUPTI_SUCCESS)
+      return;
+    if (recorder_) recorder_->graph_node(id, original, false, 0);
+    processor_->graph_node_cloned(id, original);
+    return;
+  }
+  ThreadState &state = t_state;
+  const dctx_node context = state.depth == 0 ? dctx_current() : 0;
+  if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context);
+  processor_->graph_node_created(state, id, context);
+}
+
+void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+  *buffer = static_cast<uint8_t *>(std::aligned_alloc(8, kBufferSize));
+  *size = *buffer ? kBufferSize : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer,
+                                          size_t, size_t valid) {
+  g_tracer.buffer_completed(ctx, stream, buffer, valid);
+  std::free(buffer);
+}
+
+void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid) {
+  if (!processor_) return;
+  thread_local std::vector<dctx_gpu_activity> decoded;
+  decoded.clear();
+  CUpti_Activity *record = nullptr;
+  while (valid > 0 && api_.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    dctx_gpu_activity a{};
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        // Every kernel record version shares this prefix.
+        const auto *k = reinterpret_cast<const CUpti_ActivityKernel11 *>(record);
+        a.kind = DCTX_GPU_KERNEL;
+        a.correlation = k->correlationId;
+        a.start = k->start;
+        a.end = k->end;
+        a.device = k->deviceId;
+        a.context = k->contextId;
+        a.stream = k->streamId;
+        a.graph_id = k->graphId;
+        a.graph_node = k->graphNodeId;
+        a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
+        a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
+        a.registers = k->registersPerThread;
+        a.static_smem = k->staticSharedMemory;
+        a.dynamic_smem = k->dynamicSharedMemory;
+        a.name = k->name;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto *m = reinterpret_cast<const CUpti_ActivityMemcpy6 *>(record);
+        a.kind = DCTX_GPU_MEMCPY;
+        a.correlation = m->correlationId;
+        a.start = m->start;
+        a.end = m->end;
+        a.device = m->deviceId;
+        a.context = m->contextId;
+        a.stream = m->streamId;
+        a.graph_id = m->graphId;
+        a.graph_node = m->graphNodeId;
+        a.bytes = m->bytes;
+        a.copy_kind = m->copyKind;
+        a.src_kind = m->srcKind;
+        a.dst_kind = m->dstKind;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto *m = reinterpret_cast<const CUpti_ActivityMemset4 *>(record);
+        a.kind = DCTX_GPU_MEMSET;
+        a.correlation = m->correlationId;
+        a.start = m->start;
+        a.end = m->end;
+        a.device = m->deviceId;
+        a.context = m->contextId;
+        a.stream = m->streamId;
+        a.graph_id = m->graphId;
+        a.graph_node = m->graphNodeId;
+        a.bytes = m->bytes;
+        break;
+      }
+      default: continue;
+    }
+    decoded.push_back(a);
+  }
+  size_t dropped = 0;
+  api_.dropped_records(ctx, stream, &dropped);
+  if (recorder_) recorder_->buffer(decoded.data(), decoded.size(), dropped);
+  processor_->process(decoded.data(), decoded.size());
+  if (dropped) processor_->add_dropped(dropped);
+}
+
+}  // namespace
+}  // namespace dctx::gpu
+
+extern "C" {
+
+int dctx_cupti_start(const char *candidates, const char *record_path) {
+  return dctx::gpu::g_tracer.start(candidates, record_path);
+}
+void dctx_cupti_stop(void) { dctx::gpu::g_tracer.stop(); }
+const char *dctx_cupti_message(void) { return dctx::gpu::g_tracer.message().c_str(); }
+const char *dctx_cupti_library(void) { return dctx::gpu::g_tracer.library().c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,469 @@
+"""PyTorch integration: operator context, backward attribution, nn.Module paths, memory.
+
+`activate(options)` is cheap and never imports torch: if torch is not imported yet, a one-shot
+import hook finishes the work right after `import torch` completes. The native half is
+libdeepcontext_torch.so (src/frameworks/torch/torch_adapter.cpp), compiled against the installed
+torch: built with the package when torch was importable then, else compiled here on first use into
+~/.cache/deepcontext/torch-adapter-<torch version>-<hash>/ (one message, about 10 s, once).
+
+nn.Module paths come from global forward pre/post hooks: each hook tells the adapter the module
+path of the calling thread (a frame such as `model.encoder.layers.3`), and the adapter places it
+between the Python frames and the outermost operator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.abc
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import weakref
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+
+FLAG_SHAPES = 1
+FLAG_MEMORY = 2
+FLAG_MODULES = 4
+
+_lock = threading.Lock()
+_options: dict | None = None
+_finder = None
+_lib = None
+_installed = False
+_hook_handles: list = []
+_fork_registered = False
+_in_forked_child = False
+
+
+# ------------------------------------------------------------------------------------------------
+# Options
+# ------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("PyTorch")
+    g.add_argument(
+        "--no-torch",
+        dest="torch",
+        action="store_false",
+        default=True,
+        help="do not record PyTorch operators, modules and memory",
+    )
+    g.add_argument(
+        "--shapes",
+        dest="torch_shapes",
+        action="store_true",
+        default=False,
+        help="record operator input shapes and dtypes (one node per shape signature)",
+    )
+    g.add_argument(
+        "--no-modules",
+        dest="torch_modules",
+        action="store_false",
+        default=True,
+        help="do not insert nn.Module path frames (model.encoder.layers.3) above operators",
+    )
+    g.add_argument(
+        "--no-torch-memory",
+        dest="torch_memory",
+        action="store_false",
+        default=True,
+        help="do not attribute PyTorch allocations (alloc_bytes, alloc_count, peak_bytes)",
+    )
+
+
+def _flags(options: dict) -> int:
+    flags = 0
+    if options.get("torch_shapes"):
+        flags |= FLAG_SHAPES
+    if options.get("torch_memory", True):
+        flags |= FLAG_MEMORY
+    if options.get("torch_modules", True):
+        flags |= FLAG_MODULES
+    return flags
+
+
+# ------------------------------------------------------------------------------------------------
+# Activation (deferred until torch is imported)
+# ------------------------------------------------------------------------------------------------
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps torch's loader so that activation runs right after torch's own
+    module code has run. Removes itself at the first `import torch`."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch":
+            return None
+        _remove_finder()
+        spec = importlib.util.find_spec("torch")
+        loader = getattr(spec, "loader", None) if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _on_torch_imported()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _remove_finder() -> None:
+    global _finder
+    with _lock:
+        if _finder is not None:
+            try:
+                sys.meta_path.remove(_finder)
+            except ValueError:
+                pass
+            _finder = None
+
+
+def activate(options: dict) -> None:
+    global _options, _finder, _fork_registered
+    if not options.get("torch", True):
+        return
+    _options = dict(options)
+    if not _fork_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_child)
+        _fork_registered = True
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "autograd"):
+        _on_torch_imported()
+        return
+    with _lock:
+        if _finder is None:
+            _finder = _TorchImportHook()
+            sys.meta_path.insert(0, _finder)
+
+
+def deactivate() -> None:
+    global _options, _installed
+    _remove_finder()
+    _options = None
+    for h in _hook_handles:
+        try:
+            h.remove()
+        except Exception:
+            pass
+    _hook_handles.clear()
+    if _installed and _lib is not None:
+        ops, matched, unmatched = stats()
+        _core().set_meta("torch_backward_matched", str(matched))
+        _core().set_meta("torch_backward_unmatched", str(unmatched))
+        _lib.dctx_torch_uninstall()
+    _installed = False
+
+
+def _core():
+    from . import _core as core
+
+    return core
+
+
+def _on_torch_imported() -> None:
+    global _installed
+    options = _options
+    if options is None or _installed:
+        return
+    try:
+        lib = load_adapter()
+        flags = _flags(options)
+        if lib.dctx_torch_install(flags) != 0:
+            raise RuntimeError("could not register the RecordFunction callback")
+        _installed = True
+        if flags & FLAG_MODULES and not _hook_handles:
+            _install_module_hooks(lib)
+    except Exception as exc:  # never break the user's program
+        msg = f"torch: operator context disabled: {exc}"
+        try:
+            _core().note(msg)
+        except Exception:
+            pass
+        print(f"deepcontext: {msg}", file=sys.stderr)
+
+
+def _after_fork_child() -> None:
+    # A forked child (DataLoader worker) is not profiled unless the session restarts in it, which
+    # calls activate() again. Until then the adapter records nothing; this takes no torch lock.
+    global _installed, _in_forked_child
+    _in_forked_child = True
+    if _lib is not None and _installed:
+        _lib.dctx_torch_disable_in_child()
+    _installed = False  # the module hooks stay registered (inert); a restart reuses them
+
+
+def stats() -> tuple[int, int, int]:
+    """(operators seen, backward records placed under their forward op, not placed)."""
+    if _lib is None:
+        return (0, 0, 0)
+    a, b, c = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    _lib.dctx_torch_stats(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
+    return (a.value, b.value, c.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# nn.Module paths
+# ------------------------------------------------------------------------------------------------
+
+_tls = threading.local()
+_paths: dict[int, tuple] = {}  # id(module) -> (weakref, id(parent) or None, frame id, path)
+
+
+def _root_name(module) -> str:
+    """The name the calling code holds the root module under (`model`), else its class name."""
+    try:
+        torch_dir = os.path.dirname(sys.modules["torch"].__file__) + os.sep
+        f = sys._getframe(2)
+        while f is not None:
+            file = f.f_code.co_filename
+            if not file.startswith(torch_dir) and not file.startswith(_PACKAGE_DIR):
+                for scope in (f.f_locals, f.f_globals):
+                    for k, v in scope.items():
+                        if v is module and k != "self" and not k.startswith("_"):
+                            return k
+                break
+            f = f.f_back
+    except Exception:
+        pass
+    return type(module).__name__
+
+
+def _module_frame(lib, module, parent, parent_path: str | None) -> tuple[int, str]:
+    key = id(module)
+    entry = _paths.get(key)
+    pid = id(parent) if parent is not None else None
+    if entry is not None and entry[0]() is module and entry[1] == pid:
+        return entry[2], entry[3]
+    if parent is None:
+        path = _root_name(module)
+    else:
+        name = None
+        for k, v in parent._modules.items():
+            if v is module:
+                name = k
+                break
+        path = f"{parent_path}.{name}" if name is not None else type(module).__name__
+    fid = lib.dctx_torch_module_frame(path.encode())
+    if len(_paths) > 100000:
+        _paths.clear()
+    _paths[key] = (weakref.ref(module), pid, fid, path)
+    return fid, path
+
+
+def _install_module_hooks(lib) -> None:
+    from torch.nn.modules import module as nn_module
+
+    push = lib.dctx_torch_module_push
+    pop = lib.dctx_torch_module_pop
+
+    def pre_hook(module, args):
+        if not _installed:
+            return None
+        stack = getattr(_tls, "stack", None)
+        if stack is None:
+            stack = _tls.stack = []
+        if stack:
+            parent, parent_path, _ = stack[-1]
+        else:
+            parent, parent_path = None, None
+        fid, path = _module_frame(lib, module, parent, parent_path)
+        stack.append((module, path, push(fid)))
+        return None
+
+    def post_hook(module, args, output):
+        stack = getattr(_tls, "stack", None)
+        if not stack:
+            return None
+        # Normally the top; after an exception (always_call) unwind to the module's own entry.
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] is module:
+                depth = stack[i][2]
+                del stack[i:]
+                if _installed:
+                    pop(depth)
+                break
+        return None
+
+    _hook_handles.append(nn_module.register_module_forward_pre_hook(pre_hook))
+    try:
+        _hook_handles.append(nn_module.register_module_forward_hook(post_hook, always_call=True))
+    except TypeError:  # torch < 2.0
+        _hook_handles.append(nn_module.register_module_forward_hook(post_hook))
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding or building the adapter
+# ------------------------------------------------------------------------------------------------
+
+
+def _adapter_sources() -> tuple[str, str]:
+    """(adapter .cpp, include dir holding deepcontext/monitor.h)."""
+    candidates = [
+        (
+            os.path.join(_PACKAGE_DIR, "_torch_adapter", "torch_adapter.cpp"),
+            os.path.join(_PACKAGE_DIR, "_torch_adapter"),
+        ),
+        (
+            os.path.join(_REPO_ROOT, "src", "frameworks", "torch", "torch_adapter.cpp"),
+            os.path.join(_REPO_ROOT, "include"),
+        ),
+    ]
+    for src, inc in candidates:
+        if os.path.exists(src) and os.path.exists(os.path.join(inc, "deepcontext", "monitor.h")):
+            return src, inc
+    raise RuntimeError("the PyTorch adapter source (torch_adapter.cpp) is not in the package")
+
+
+def _core_library() -> str:
+    path = os.path.join(_PACKAGE_DIR, "libdeepcontext.so")
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} is missing")
+    return path
+
+
+def _bind(lib) -> None:
+    u32, i32 = ctypes.c_uint32, ctypes.c_int
+    lib.dctx_torch_built_for.restype = ctypes.c_char_p
+    lib.dctx_torch_built_for.argtypes = []
+    lib.dctx_torch_install.restype = i32
+    lib.dctx_torch_install.argtypes = [i32]
+    lib.dctx_torch_uninstall.restype = None
+    lib.dctx_torch_uninstall.argtypes = []
+    lib.dctx_torch_disable_in_child.restype = None
+    lib.dctx_torch_disable_in_child.argtypes = []
+    lib.dctx_torch_module_frame.restype = u32
+    lib.dctx_torch_module_frame.argtypes = [ctypes.c_char_p]
+    lib.dctx_torch_module_push.restype = i32
+    lib.dctx_torch_module_push.argtypes = [u32]
+    lib.dctx_torch_module_pop.restype = None
+    lib.dctx_torch_module_pop.argtypes = [i32]
+    p64 = ctypes.POINTER(ctypes.c_uint64)
+    lib.dctx_torch_stats.restype = None
+    lib.dctx_torch_stats.argtypes = [p64, p64, p64]
+    lib.dctx_torch_live_allocations.restype = ctypes.c_uint64
+    lib.dctx_torch_live_allocations.argtypes = []
+    lib.dctx_torch_memory_reporting_here.restype = i32
+    lib.dctx_torch_memory_reporting_here.argtypes = []
+
+
+def _torch_info():
+    import torch
+
+    return (
+        str(torch.__version__),
+        os.path.dirname(os.path.abspath(torch.__file__)),
+        int(bool(torch.compiled_with_cxx11_abi())),
+    )
+
+
+def cache_root() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "deepcontext")
+
+
+def _compile_command(src: str, inc: str, out: str, torch_dir: str, abi: int, version: str):
+    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    cxx = cxx.split()[0]
+    return [
+        cxx,
+        "-std=c++20",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f'-DDCTX_TORCH_VERSION="{version}"',
+        f"-I{inc}",
+        "-isystem",
+        os.path.join(torch_dir, "include"),
+        src,
+        "-o",
+        out,
+        f"-L{_PACKAGE_DIR}",
+        "-ldeepcontext",
+        f"-Wl,-rpath,{_PACKAGE_DIR}",
+        f"-L{os.path.join(torch_dir, 'lib')}",
+        "-lc10",
+        "-ltorch_cpu",
+        f"-Wl,-rpath,{os.path.join(torch_dir, 'lib')}",
+    ]
+
+
+def build_adapter(quiet: bool = False) -> str:
+    """Compiles the adapter for the imported torch into the cache (once); returns its path."""
+    version, torch_dir, abi = _torch_info()
+    src, inc = _adapter_sources()
+    h = hashlib.sha256()
+    for path in (src, os.path.join(inc, "deepcontext", "monitor.h")):
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+    h.update(f"{version}|{torch_dir}|{abi}|{_PACKAGE_DIR}".encode())
+    safe_version = version.replace("/", "_").replace("+", "_")
+    out_dir = os.path.join(cache_root(), f"torch-adapter-{safe_version}-{h.hexdigest()[:12]}")
+    out = os.path.join(out_dir, "libdeepcontext_torch.so")
+    if os.path.exists(out):
+        return out
+    os.makedirs(out_dir, exist_ok=True)
+    import fcntl
+
+    with open(os.path.join(out_dir, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same adapter
+        if os.path.exists(out):
+            return out
+        if not quiet:
+            print(
+                f"deepcontext: compiling the PyTorch adapter for torch {version} "
+                f"(once, about 10 s) into {out_dir}",
+                file=sys.stderr,
+            )
+        fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".so.tmp")
+        os.close(fd)
+        cmd = _compile_command(src, inc, tmp, torch_dir, abi, version)
+        _core_library()
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                tail = (res.stderr or res.stdout).strip().splitlines()[-5:]
+                raise RuntimeError("compiling the PyTorch adapter failed: " + " | ".join(tail))
+            os.replace(tmp, out)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return out
+
+
+def adapter_path() -> str:
+    """The adapter built with the package when it matches the imported torch, else the cached
+    build (compiled now if missing)."""
+    version, _, _ = _torch_info()
+    packaged = os.path.join(_PACKAGE_DIR, "libdeepcontext_torch.so")
+    if os.path.exists(packaged):
+        try:
+            lib = ctypes.CDLL(packaged)
+            lib.dctx_torch_built_for.restype = ctypes.c_char_p
+            if lib.dctx_torch_built_for().decode() == version:
+                return packaged
+        except OSError:
+            pass
+    return build_adapter()
+
+
+def load_adapter():
+    """Loads (building if needed) and returns the adapter library; torch must be imported."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    _core()  # loads libdeepcontext.so first, so the adapter binds to the same core
+    lib = ctypes.CDLL(adapter_path())
+    _bind(lib)
+    _lib = lib
+    return lib

@@ -1,0 +1,615 @@
+// DeepContext PyTorch adapter: operator context through RecordFunction, backward work placed under
+// the forward operator that created it, nn.Module path frames, and allocator reports by context.
+//
+// Compiled against the torch installed in the environment (only ATen/record_function.h and the
+// few c10/profiler headers it needs), loaded by deepcontext.torch_support with ctypes after torch
+// is imported. Talks to the core only through include/deepcontext/monitor.h.
+//
+// Hot-path rules (docs/design.md): per-thread state only; the Python stack is captured by the core
+// once at the outermost operator entry; nothing here takes the GIL; every map is bounded.
+
+#include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#if __has_include(<torch/csrc/profiler/orchestration/observer.h>)
+#include <torch/csrc/profiler/orchestration/observer.h>
+#define DCTX_HAVE_PROFILER_STATE_BASE 1
+#else
+#define DCTX_HAVE_PROFILER_STATE_BASE 0
+#endif
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "deepcontext/monitor.h"
+
+#ifndef DCTX_TORCH_VERSION
+#define DCTX_TORCH_VERSION "unknown"
+#endif
+
+#define DCTX_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Global configuration
+// ---------------------------------------------------------------------------------------------
+
+enum : int {
+  kFlagShapes = 1,  // record input shapes/dtypes (needsInputs: boxing cost)
+  kFlagMemory = 2,  // attribute allocator reports
+  kFlagModules = 4, // insert nn.Module path frames (the Python side pushes them)
+};
+
+std::atomic<bool> g_enabled{false};
+std::atomic<bool> g_mem_enabled{false};
+std::atomic<uint32_t> g_generation{1}; // bumped on install and in a forked child
+int g_flags = 0;
+at::CallbackHandle g_handle = 0;
+
+dctx_metric g_m_op_count = 0;
+dctx_metric g_m_op_time = 0;
+dctx_metric g_m_alloc_bytes[2] = {0, 0};
+dctx_metric g_m_alloc_count[2] = {0, 0};
+dctx_metric g_m_peak_bytes[2] = {0, 0};
+uint32_t g_backward_frame = 0;
+int g_flush_handle = 0;
+
+std::atomic<uint64_t> g_bwd_matched{0};
+std::atomic<uint64_t> g_bwd_unmatched{0};
+std::atomic<uint64_t> g_ops{0};
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward map: (forward thread id, sequence number) -> context node of the outermost forward
+// operator that recorded that sequence number. One fixed-size ring per forward thread, indexed by
+// seq; an entry packs (seq low 32 bits, node). Old entries are overwritten by newer sequence
+// numbers, so memory is fixed however many iterations run; entries stay valid for a second
+// backward through a retained graph.
+// ---------------------------------------------------------------------------------------------
+
+constexpr size_t kRingBits = 16;
+constexpr size_t kRingSize = size_t(1) << kRingBits;
+constexpr size_t kMaxThreads = 1024;
+
+struct Ring {
+  uint64_t tid;
+  std::atomic<uint64_t> slots[kRingSize];
+};
+
+std::atomic<Ring*> g_rings[kMaxThreads];
+
+uint64_t pack(int64_t seq, dctx_node node) {
+  return (uint64_t(uint32_t(seq)) << 32) | uint64_t(node);
+}
+
+Ring* ring_for(uint64_t tid, bool create) {
+  auto& cell = g_rings[tid % kMaxThreads];
+  Ring* r = cell.load(std::memory_order_acquire);
+  if (r != nullptr) return r->tid == tid ? r : nullptr;
+  if (!create) return nullptr;
+  auto* fresh = new Ring();
+  fresh->tid = tid;
+  for (auto& s : fresh->slots) s.store(0, std::memory_order_relaxed);
+  Ring* expected = nullptr;
+  if (cell.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+  delete fresh;
+  return expected->tid == tid ? expected : nullptr;
+}
+
+void ring_put(Ring* r, int64_t seq, dctx_node node) {
+  r->slots[size_t(seq) & (kRingSize - 1)].store(pack(seq, node), std::memory_order_release);
+}
+
+dctx_node ring_get(uint64_t tid, int64_t seq) {
+  Ring* r = ring_for(tid, false);
+  if (r == nullptr) return 0;
+  uint64_t v = r->slots[size_t(seq) & (kRingSize - 1)].load(std::memory_order_acquire);
+  if ((v >> 32) != uint64_t(uint32_t(seq))) return 0;
+  return dctx_node(v & 0xffffffffu);
+}
+
+void rings_clear() {
+  for (auto& cell : g_rings) {
+    Ring* r = cell.load(std::memory_order_acquire);
+    if (r == nullptr) continue;
+    for (auto& s : r->slots) s.store(0, std::memory_order_relaxed);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread operator stack
+// ---------------------------------------------------------------------------------------------
+
+struct OpEntry {
+  const at::RecordFunction* rf;
+  dctx_node node;
+  int64_t start_ns;
+  int64_t child_ns;
+  int64_t seq; // -1 when not recorded in the forward map
+};
+
+struct NameSlot {
+  const char* ptr = nullptr;
+  std::string name;
+  uint32_t frame = 0;
+};
+
+constexpr size_t kNameSlots = 512;
+
+struct ThreadState {
+  uint32_t generation = 0;
+  std::vector<OpEntry> ops;
+  std::vector<uint32_t> modules; // nn.Module path frames pushed by the Python hooks
+  NameSlot name_cache[kNameSlots];
+  std::unordered_map<std::string, uint32_t> names;
+  std::unordered_map<uint64_t, uint32_t> shape_frames; // (name frame, shapes hash) -> frame
+  Ring* ring = nullptr;
+  bool debug_info_pushed = false;
+
+  void reset(uint32_t gen) {
+    generation = gen;
+    ops.clear();
+    modules.clear();
+    for (auto& s : name_cache) s = NameSlot();
+    names.clear();
+    shape_frames.clear();
+    ring = nullptr;
+  }
+};
+
+ThreadState& tls() {
+  static thread_local ThreadState state;
+  uint32_t gen = g_generation.load(std::memory_order_relaxed);
+  if (state.generation != gen) state.reset(gen);
+  return state;
+}
+
+uint32_t frame_for(dctx_frame_kind kind, const char* name, const char* module) {
+  dctx_frame f{kind, name, nullptr, 0, module};
+  return dctx_frame_id(&f);
+}
+
+uint32_t op_frame(ThreadState& ts, const char* name) {
+  if (name == nullptr) name = "<unnamed>";
+  size_t h = (reinterpret_cast<uintptr_t>(name) >> 3) & (kNameSlots - 1);
+  NameSlot& slot = ts.name_cache[h];
+  if (slot.ptr == name && slot.frame != 0 && slot.name == name) return slot.frame;
+  std::string key(name);
+  uint32_t frame;
+  auto it = ts.names.find(key);
+  if (it != ts.names.end()) {
+    frame = it->second;
+  } else {
+    frame = frame_for(DCTX_FRAME_OPERATOR, name, nullptr);
+    if (ts.names.size() > 65536) ts.names.clear(); // dynamic names (user scopes): stay bounded
+    ts.names.emplace(key, frame);
+  }
+  slot.ptr = name;
+  slot.name = std::move(key);
+  slot.frame = frame;
+  return frame;
+}
+
+// "[64, 784] float, [10] float" for the tensor inputs of an operator (scalars as their type).
+std::string describe_inputs(const at::RecordFunction& fn) {
+  std::string out;
+  for (const c10::IValue& v : fn.inputs()) {
+    if (!out.empty()) out += ", ";
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        out += "undefined";
+        continue;
+      }
+      out += '[';
+      bool first = true;
+      for (int64_t d : t.sizes()) {
+        if (!first) out += ", ";
+        out += std::to_string(d);
+        first = false;
+      }
+      out += "] ";
+      out += std::string(c10::toString(t.scalar_type()));
+    } else if (v.isTensorList()) {
+      out += "tensor list[" + std::to_string(v.toTensorList().size()) + "]";
+    } else if (v.isNone()) {
+      out += "None";
+    } else {
+      out += v.tagKind();
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory: a MemoryReportingInfoBase installed in the thread-local PROFILER_STATE slot, the slot
+// torch.profiler's profile_memory uses. The slot is also read as a ProfilerStateBase by torch
+// (profilerEnabled(), "profiler already enabled" checks), so where that class exists we derive
+// from it with a disabled config: torch sees "no profiler", torch.profiler can still start on top
+// of us (while it runs, reports go to it, and we say so in a note).
+// ---------------------------------------------------------------------------------------------
+
+struct LiveAlloc {
+  dctx_node node;
+  int64_t size;
+  int dev; // 0 cpu, 1 gpu
+};
+
+struct NodeMem {
+  int64_t live[2] = {0, 0};
+  int64_t peak[2] = {0, 0};
+  int64_t reported_peak[2] = {0, 0};
+  int64_t pending_bytes[2] = {0, 0};
+  int64_t pending_count[2] = {0, 0};
+};
+
+std::mutex g_mem_mu;
+std::unordered_map<uintptr_t, LiveAlloc>* g_live = nullptr;
+std::unordered_map<dctx_node, NodeMem>* g_node_mem = nullptr;
+std::atomic<bool> g_noted_shadowed{false};
+
+dctx_node current_node() {
+  ThreadState& ts = tls();
+  if (!ts.ops.empty()) return ts.ops.back().node;
+  return dctx_current();
+}
+
+void report_alloc(void* ptr, int64_t size, c10::Device device) {
+  if (!g_mem_enabled.load(std::memory_order_relaxed) || ptr == nullptr || size == 0) return;
+  int dev = device.is_cpu() ? 0 : 1;
+  uintptr_t key = reinterpret_cast<uintptr_t>(ptr) ^ (uintptr_t(dev) << 63);
+  if (size > 0) {
+    dctx_node node = current_node();
+    std::lock_guard<std::mutex> lock(g_mem_mu);
+    (*g_live)[key] = LiveAlloc{node, size, dev};
+    NodeMem& m = (*g_node_mem)[node];
+    m.live[dev] += size;
+    m.peak[dev] = std::max(m.peak[dev], m.live[dev]);
+    m.pending_bytes[dev] += size;
+    m.pending_count[dev] += 1;
+  } else {
+    std::lock_guard<std::mutex> lock(g_mem_mu);
+    auto it = g_live->find(key);
+    if (it == g_live->end()) return; // allocated before we started
+    auto nit = g_node_mem->find(it->second.node);
+    if (nit != g_node_mem->end()) nit->second.live[dev] -= it->second.size;
+    g_live->erase(it);
+  }
+}
+
+#if DCTX_HAVE_PROFILER_STATE_BASE
+using ReporterBase = torch::profiler::impl::ProfilerStateBase;
+#else
+using ReporterBase = c10::MemoryReportingInfoBase;
+#endif
+
+struct MemoryReporter final : ReporterBase {
+#if DCTX_HAVE_PROFILER_STATE_BASE
+  MemoryReporter()
+      : ReporterBase(torch::profiler::impl::ProfilerConfig(
+            torch::profiler::impl::ProfilerState::Disabled)) {}
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+#endif
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t, size_t,
+                         c10::Device device) override {
+    report_alloc(ptr, alloc_size, device);
+  }
+  void reportOutOfMemory(int64_t alloc_size, size_t, size_t, c10::Device device) override {
+    if (!g_mem_enabled.load(std::memory_order_relaxed)) return;
+    std::string msg = "out of memory on " + device.str() + " allocating " +
+                      std::to_string(alloc_size) + " bytes";
+    dctx_note(msg.c_str());
+  }
+  bool memoryProfilingEnabled() const override {
+    return g_mem_enabled.load(std::memory_order_relaxed);
+  }
+};
+
+std::shared_ptr<MemoryReporter>* g_reporter = nullptr;
+
+// Installs the reporter on this thread if its PROFILER_STATE slot is free. Returns false when
+// another profiler (torch.profiler) holds the slot.
+void ensure_reporter(ThreadState& ts) {
+  c10::DebugInfoBase* cur = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+  if (cur == nullptr) {
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, *g_reporter);
+    ts.debug_info_pushed = true;
+    return;
+  }
+  if (cur != g_reporter->get() && !g_noted_shadowed.exchange(true)) {
+    dctx_note(
+        "torch: another profiler (torch.profiler) held the allocator-report slot on a thread; "
+        "memory by call path is not recorded there while it runs");
+  }
+}
+
+void flush_memory(int /*final*/, void* /*user*/) {
+  struct Out {
+    dctx_node node;
+    int dev;
+    int64_t bytes, count, peak_delta;
+  };
+  std::vector<Out> out;
+  {
+    std::lock_guard<std::mutex> lock(g_mem_mu);
+    if (g_node_mem == nullptr) return;
+    for (auto& [node, m] : *g_node_mem) {
+      for (int dev = 0; dev < 2; ++dev) {
+        int64_t dp = m.peak[dev] - m.reported_peak[dev];
+        if (m.pending_count[dev] == 0 && dp <= 0) continue;
+        out.push_back(Out{node, dev, m.pending_bytes[dev], m.pending_count[dev], dp});
+        m.pending_bytes[dev] = 0;
+        m.pending_count[dev] = 0;
+        if (dp > 0) m.reported_peak[dev] = m.peak[dev];
+      }
+    }
+  }
+  for (const Out& o : out) {
+    if (o.count > 0) {
+      dctx_add(o.node, g_m_alloc_bytes[o.dev], double(o.bytes));
+      dctx_add(o.node, g_m_alloc_count[o.dev], double(o.count));
+    }
+    if (o.peak_delta > 0) dctx_add(o.node, g_m_peak_bytes[o.dev], double(o.peak_delta));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RecordFunction callbacks
+// ---------------------------------------------------------------------------------------------
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (!g_enabled.load(std::memory_order_relaxed) || fn.isAsync()) return nullptr;
+  ThreadState& ts = tls();
+  if (g_mem_enabled.load(std::memory_order_relaxed) && ts.ops.empty()) ensure_reporter(ts);
+
+  const at::RecordScope scope = fn.scope();
+  const int64_t seq = fn.seqNr();
+  uint32_t frame = op_frame(ts, fn.name());
+  if ((g_flags & kFlagShapes) && fn.needsInputs() && scope != at::RecordScope::BACKWARD_FUNCTION) {
+    std::string shapes = describe_inputs(fn);
+    uint64_t key = (uint64_t(frame) << 32) ^ std::hash<std::string>()(shapes);
+    auto it = ts.shape_frames.find(key);
+    uint32_t shaped;
+    if (it != ts.shape_frames.end()) {
+      shaped = it->second;
+    } else {
+      // The signature is part of the frame, so calls with different shapes get their own nodes.
+      shaped = frame_for(DCTX_FRAME_OPERATOR, fn.name(), shapes.c_str());
+      if (ts.shape_frames.size() > 65536) ts.shape_frames.clear();
+      ts.shape_frames.emplace(key, shaped);
+    }
+    frame = shaped;
+  }
+
+  dctx_node node = 0;
+  if (scope == at::RecordScope::BACKWARD_FUNCTION && seq >= 0) {
+    dctx_node fwd = ring_get(fn.forwardThreadId(), seq);
+    if (fwd != 0) {
+      dctx_node marker = dctx_child(fwd, g_backward_frame);
+      node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(marker, frame));
+      g_bwd_matched.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      g_bwd_unmatched.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (node == 0) {
+    if (ts.ops.empty() && !ts.modules.empty()) {
+      // Outermost operator inside an nn.Module: python frames -> module path -> operator.
+      dctx_node base = dctx_current();
+      dctx_node mod = dctx_child(base, ts.modules.back());
+      node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(mod, frame));
+    } else {
+      node = dctx_enter_id(DCTX_DOMAIN_OPERATOR, frame);
+    }
+  }
+
+  int64_t recorded_seq = -1;
+  if (seq >= 0 && scope == at::RecordScope::FUNCTION && c10::GradMode::is_enabled()) {
+    // Keep the outermost operator among nested ones that share this sequence number.
+    bool ancestor_has = false;
+    for (auto it = ts.ops.rbegin(); it != ts.ops.rend(); ++it) {
+      if (it->seq == seq) {
+        ancestor_has = true;
+        break;
+      }
+    }
+    if (!ancestor_has) {
+      if (ts.ring == nullptr) ts.ring = ring_for(at::RecordFunction::currentThreadId(), true);
+      if (ts.ring != nullptr) {
+        ring_put(ts.ring, seq, node);
+        recorded_seq = seq;
+      }
+    }
+  }
+  ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq});
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* /*ctx*/) {
+  ThreadState& ts = tls();
+  if (ts.ops.empty()) return;
+  // Normally the top; tolerate out-of-order ends (e.g. a record_function left open by a generator)
+  // by closing everything above the matching entry.
+  size_t idx = ts.ops.size();
+  while (idx > 0 && ts.ops[idx - 1].rf != &fn) --idx;
+  if (idx == 0) return;
+  const int64_t t = now_ns();
+  while (ts.ops.size() >= idx) {
+    OpEntry e = ts.ops.back();
+    ts.ops.pop_back();
+    int64_t elapsed = t - e.start_ns;
+    int64_t excl = elapsed - e.child_ns;
+    if (excl < 0) excl = 0;
+    if (g_enabled.load(std::memory_order_relaxed)) {
+      dctx_add(e.node, g_m_op_time, double(excl));
+      dctx_add(e.node, g_m_op_count, 1.0);
+    }
+    if (!ts.ops.empty()) ts.ops.back().child_ns += elapsed;
+    dctx_exit(DCTX_DOMAIN_OPERATOR);
+  }
+  g_ops.fetch_add(1, std::memory_order_relaxed);
+}
+
+void fork_prepare() { g_mem_mu.lock(); }
+void fork_parent() { g_mem_mu.unlock(); }
+void fork_child() {
+  g_mem_mu.unlock();
+  // The child starts a new profile (or none): node ids and frames of the parent are not its own.
+  g_generation.fetch_add(1, std::memory_order_relaxed);
+  rings_clear();
+  if (g_live != nullptr) g_live->clear();
+  if (g_node_mem != nullptr) g_node_mem->clear();
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// C interface used by deepcontext.torch_support (ctypes)
+// ---------------------------------------------------------------------------------------------
+
+DCTX_EXPORT const char* dctx_torch_built_for(void) { return DCTX_TORCH_VERSION; }
+
+DCTX_EXPORT int dctx_torch_api_version(void) { return DCTX_API_VERSION; }
+
+/* Installs the RecordFunction callback (and, with flag 2, the allocator reporter on the calling
+ * thread; other threads get it at their first operator). Returns 0, or -1 on failure. */
+DCTX_EXPORT int dctx_torch_install(int flags) {
+  if (g_enabled.load()) return 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_live = new std::unordered_map<uintptr_t, LiveAlloc>();
+    g_node_mem = new std::unordered_map<dctx_node, NodeMem>();
+    g_reporter = new std::shared_ptr<MemoryReporter>(std::make_shared<MemoryReporter>());
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+  });
+  g_flags = flags;
+  g_generation.fetch_add(1);
+  g_m_op_count = dctx_metric_id("op_count", "count", "operator calls");
+  g_m_op_time = dctx_metric_id("op_time", "ns",
+                               "operator time on its CPU thread (exclusive at the operator node)");
+  g_m_alloc_bytes[0] = dctx_metric_id("alloc_bytes", "bytes", "bytes allocated (CPU allocator)");
+  g_m_alloc_count[0] = dctx_metric_id("alloc_count", "count", "allocations (CPU allocator)");
+  g_m_peak_bytes[0] =
+      dctx_metric_id("peak_bytes", "bytes", "highest live bytes allocated here (CPU allocator)");
+  g_m_alloc_bytes[1] =
+      dctx_metric_id("gpu_alloc_bytes", "bytes", "bytes allocated (GPU caching allocator)");
+  g_m_alloc_count[1] =
+      dctx_metric_id("gpu_alloc_count", "count", "allocations (GPU caching allocator)");
+  g_m_peak_bytes[1] = dctx_metric_id("gpu_peak_bytes", "bytes",
+                                     "highest live bytes allocated here (GPU caching allocator)");
+  g_backward_frame = frame_for(DCTX_FRAME_BACKWARD, "backward", nullptr);
+  // In a forked child that restarts profiling the parent's callback is still registered (and
+  // inert since dctx_torch_disable_in_child): reuse it instead of adding a second one.
+  if (g_handle == 0) {
+    try {
+      auto cb = at::RecordFunctionCallback(on_start, on_end)
+                    .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                             at::RecordScope::USER_SCOPE})
+                    .needsInputs((flags & kFlagShapes) != 0);
+      g_handle = at::addGlobalCallback(cb);
+    } catch (...) {
+      return -1;
+    }
+  }
+  g_enabled.store(true);
+  if (flags & kFlagMemory) {
+    g_mem_enabled.store(true);
+    if (g_flush_handle == 0) g_flush_handle = dctx_register_flush_hook(flush_memory, nullptr);
+    ensure_reporter(tls());
+  }
+  return 0;
+}
+
+/* Stops recording. The callback is removed; the reporter stays in the threads' debug-info chains
+ * but reports nothing (memoryProfilingEnabled() turns false), and is popped on the calling thread
+ * when it is on top. */
+DCTX_EXPORT void dctx_torch_uninstall(void) {
+  if (!g_enabled.exchange(false)) return;
+  flush_memory(0, nullptr);
+  g_mem_enabled.store(false);
+  if (g_handle != 0) {
+    try {
+      at::removeCallback(g_handle);
+    } catch (...) {
+    }
+    g_handle = 0;
+  }
+  if (g_flush_handle != 0) {
+    dctx_unregister_flush_hook(g_flush_handle);
+    g_flush_handle = 0;
+  }
+  ThreadState& ts = tls();
+  if (ts.debug_info_pushed && g_reporter != nullptr &&
+      c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get()) {
+    try {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+      ts.debug_info_pushed = false;
+    } catch (...) {
+    }
+  }
+}
+
+/* In a forked child that is not profiled: stop without touching torch's callback registry (its
+ * lock may have been held by another thread of the parent at fork time). */
+DCTX_EXPORT void dctx_torch_disable_in_child(void) {
+  g_enabled.store(false);
+  g_mem_enabled.store(false);
+}
+
+/* nn.Module path frames, pushed and popped by the Python forward hooks of the calling thread. */
+DCTX_EXPORT uint32_t dctx_torch_module_frame(const char* path) {
+  return frame_for(DCTX_FRAME_MODULE, path, nullptr);
+}
+
+DCTX_EXPORT int dctx_torch_module_push(uint32_t frame) {
+  ThreadState& ts = tls();
+  ts.modules.push_back(frame);
+  return int(ts.modules.size());
+}
+
+/* Pops back to depth-1 entries (depth as returned by the matching push). */
+DCTX_EXPORT void dctx_torch_module_pop(int depth) {
+  ThreadState& ts = tls();
+  size_t keep = depth > 0 ? size_t(depth - 1) : 0;
+  if (ts.modules.size() > keep) ts.modules.resize(keep);
+}
+
+/* Counters for tests and notes: operators seen, backward records matched / not matched. */
+DCTX_EXPORT void dctx_torch_stats(uint64_t* ops, uint64_t* bwd_matched, uint64_t* bwd_unmatched) {
+  if (ops) *ops = g_ops.load();
+  if (bwd_matched) *bwd_matched = g_bwd_matched.load();
+  if (bwd_unmatched) *bwd_unmatched = g_bwd_unmatched.load();
+}
+
+/* Live allocations tracked right now (for the memory-flatness test). */
+DCTX_EXPORT uint64_t dctx_torch_live_allocations(void) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  return g_live ? g_live->size() : 0;
+}
+
+/* 1 when this thread's allocator reports reach us. */
+DCTX_EXPORT int dctx_torch_memory_reporting_here(void) {
+  if (g_reporter == nullptr) return 0;
+  return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get();
+}

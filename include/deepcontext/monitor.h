@@ -65,8 +65,7 @@ void dctx_finalize(void);
 
 /* Observers: enter is called after the context frame is pushed, exit before it is popped.
  * Either may be NULL. Returns a handle > 0, or 0 when the table (16 per domain) is full. */
-int dctx_register_callback(dctx_domain domain, dctx_event_fn enter, dctx_event_fn exit,
-                           void *user);
+int dctx_register_callback(dctx_domain domain, dctx_event_fn enter, dctx_event_fn exit, void *user);
 void dctx_unregister_callback(dctx_domain domain, int handle);
 
 /* Producers. dctx_enter pushes a frame onto the calling thread's context stack. When the stack

@@ -48,10 +48,10 @@ std::unordered_map<uintptr_t, NativeFrame> g_syms;
 bool native_unwind_install() {
   if (g_signal) return true;
   int sig = SIGRTMIN + 5;
-  struct sigaction old {};
+  struct sigaction old{};
   sigaction(sig, nullptr, &old);
   if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) return false;  // someone else's
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
@@ -118,8 +118,8 @@ NativeFrame symbolize(uintptr_t pc) {
   NativeFrame f{};
   f.frame_id = tree().frame(DCTX_FRAME_NATIVE, name, "", 0, module);
   f.interpreter = name == "_PyEval_EvalFrameDefault" || name == "_PyEval_EvalFrame";
-  f.python_runtime = module.rfind("libpython", 0) == 0 || module.rfind("python3", 0) == 0 ||
-                     module == "python";
+  f.python_runtime =
+      module.rfind("libpython", 0) == 0 || module.rfind("python3", 0) == 0 || module == "python";
   if (g_syms.size() > 500000) g_syms.clear();
   g_syms.emplace(pc, f);
   return f;

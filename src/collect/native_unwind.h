@@ -16,7 +16,7 @@ size_t native_unwind_thread(pthread_t thread, pid_t tid, uintptr_t *out, size_t 
 
 struct NativeFrame {
   uint32_t frame_id;
-  bool interpreter;  // the CPython eval loop: where Python frames are spliced in
+  bool interpreter;     // the CPython eval loop: where Python frames are spliced in
   bool python_runtime;  // inside libpython/the interpreter binary
 };
 NativeFrame symbolize(uintptr_t pc);

@@ -90,7 +90,6 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
       break;
     }
   }
-  if (n == 0 && !top) cut = np;
   // Leading CPython helpers between the eval loop and the extension (PyObject_Call, vectorcall)
   // are interpreter plumbing: drop them.
   size_t end = cut;

@@ -82,9 +82,9 @@ const CodeInfo &code_info(PyCodeObject *code) {
     return it->second;
   if (g_codes.size() > 200000) g_codes.clear();  // bound: exec-heavy programs make many codes
   std::string file = utf8(code->co_filename);
-  CodeInfo info{code->co_name, code->co_filename, code->co_firstlineno,
-                tree().intern(utf8(qualname(code))), tree().intern(file),
-                is_hidden(file)};
+  CodeInfo info{code->co_name,        code->co_filename,
+                code->co_firstlineno, tree().intern(utf8(qualname(code))),
+                tree().intern(file),  is_hidden(file)};
   return g_codes.insert_or_assign(code, info).first->second;
 }
 

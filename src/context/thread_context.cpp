@@ -102,6 +102,11 @@ dctx_node extend(dctx_node base, const uint32_t *frames, size_t n) {
   return node;
 }
 
+size_t current_python_frames(uint32_t *frames, size_t max) {
+  _ts *ts = current_python_thread();
+  return ts ? capture_python(ts, frames, max) : 0;
+}
+
 dctx_node python_path_node(uint32_t *depth_out) {
   *depth_out = 0;
   _ts *ts = current_python_thread();

@@ -38,6 +38,8 @@ void with_thread_context(pthread_t thread, const std::function<void(ThreadContex
 
 // The node of the calling thread's Python stack (thread frame first); root if no Python.
 dctx_node python_path_node(uint32_t *depth_out);
+// The calling thread's visible Python frames, outermost first; returns how many.
+size_t current_python_frames(uint32_t *frames, size_t max);
 
 // Appends frames to a node.
 dctx_node extend(dctx_node base, const uint32_t *frames, size_t n);

@@ -194,11 +194,22 @@ dctx_node dctx_enter_id(dctx_domain domain, uint32_t frame_id) {
   uint32_t depth;
   if (ctx.stack.empty()) {
     base = python_path_node(&depth);
+  } else if (ctx.stack.back().domain == DCTX_DOMAIN_SCOPE) {
+    // A scope is opened from Python and the code inside it is Python: extend the scope's node
+    // with the frames run since (operators nested in operators skip this walk).
+    const ContextEntry &top = ctx.stack.back();
+    uint32_t frames[512];
+    size_t n = current_python_frames(frames, 512);
+    base = top.python_depth < n ? extend(top.node, frames + top.python_depth, n - top.python_depth)
+                                : top.node;
+    depth = static_cast<uint32_t>(n);
   } else {
     base = ctx.stack.back().node;
     depth = ctx.stack.back().python_depth;
   }
   dctx_node node = tree().child(base, frame_id);
+  // Inside a scope the frame that opened it goes on (at later lines): keep it in the paths below.
+  if (domain == DCTX_DOMAIN_SCOPE && depth > 0 && depth != UINT32_MAX) --depth;
   ctx.stack.push_back({node, domain, depth});
   ctx.top.store((uint64_t(node) << 32 | depth) + 1, std::memory_order_release);
   notify(domain, node, true);
@@ -234,7 +245,14 @@ void dctx_exit(dctx_domain domain) {
 
 dctx_node dctx_current(void) {
   ThreadContext &ctx = this_thread_context();
-  if (!ctx.stack.empty()) return ctx.stack.back().node;
+  if (!ctx.stack.empty()) {
+    const ContextEntry &top = ctx.stack.back();
+    if (top.domain != DCTX_DOMAIN_SCOPE) return top.node;
+    uint32_t frames[512];
+    size_t n = current_python_frames(frames, 512);
+    return top.python_depth < n ? extend(top.node, frames + top.python_depth, n - top.python_depth)
+                                : top.node;
+  }
   uint32_t depth;
   return python_path_node(&depth);
 }
@@ -250,9 +268,7 @@ size_t dctx_path(dctx_node node, dctx_frame *out, size_t max) {
 dctx_metric dctx_metric_id(const char *name, const char *unit, const char *description) {
   return tree().metric(name ? name : "", unit ? unit : "", description ? description : "");
 }
-void dctx_add(dctx_node node, dctx_metric metric, double value) {
-  tree().add(node, metric, value);
-}
+void dctx_add(dctx_node node, dctx_metric metric, double value) { tree().add(node, metric, value); }
 void dctx_set_prop(dctx_node node, const char *key, const char *value) {
   tree().set_prop(node, key ? key : "", value ? value : "");
 }

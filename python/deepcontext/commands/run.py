@@ -23,21 +23,33 @@ def register(subparsers) -> None:
     )
     p.add_argument("-o", "--output", help="profile path (default: <script>-<host>-<pid>.dctx)")
     p.add_argument(
-        "--interval", dest="interval_ms", type=float, default=10.0, metavar="MS",
+        "--interval",
+        dest="interval_ms",
+        type=float,
+        default=10.0,
+        metavar="MS",
         help="sampling interval in milliseconds (default 10)",
     )
     p.add_argument("--native", action="store_true", help="record native frames (libunwind)")
     p.add_argument("--no-wall", dest="wall", action="store_false", help="do not record wall time")
     p.add_argument(
-        "--no-counters", dest="counters", action="store_false",
+        "--no-counters",
+        dest="counters",
+        action="store_false",
         help="do not read hardware counters (perf_event)",
     )
     p.add_argument(
-        "--checkpoint", dest="checkpoint_s", type=float, default=60.0, metavar="S",
+        "--checkpoint",
+        dest="checkpoint_s",
+        type=float,
+        default=60.0,
+        metavar="S",
         help="write a checkpoint every S seconds (0: never; default 60)",
     )
     p.add_argument(
-        "--fork-children", choices=["off", "profile"], default="off",
+        "--fork-children",
+        choices=["off", "profile"],
+        default="off",
         help="forked children (e.g. DataLoader workers): not profiled, or each writes "
         "<output>.<pid>.dctx",
     )
@@ -83,9 +95,15 @@ def main(args) -> int:
     from .. import session
 
     script, module, rest = _split_program(args)
-    stem = os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
+    stem = (
+        os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
+    )
     output = args.output or session.default_output(stem or "deepcontext")
-    options = {k: v for k, v in vars(args).items() if k not in ("func", "program", "module", "output", "quiet", "command")}
+    options = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("func", "program", "module", "output", "quiet", "command")
+    }
     if script:
         sys.argv = [script, *rest]
         sys.path[0] = os.path.dirname(os.path.abspath(script))

@@ -1,0 +1,173 @@
+"""CPU sampling: shares at file:line, scopes, threads, native frames under the Python line."""
+
+from __future__ import annotations
+
+import deepcontext
+from conftest import line_of
+
+SHARES = """
+import deepcontext
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+def sixty():
+    return spin(6_000_000)  # LINE60
+
+def thirty():
+    return spin(3_000_000)  # LINE30
+
+def ten():
+    return spin(1_000_000)  # LINE10
+
+for _ in range(3):
+    sixty(); thirty(); ten()
+"""
+
+
+def by_line(profile, file_suffix: str, line: int, metric: str = "cpu_time") -> float:
+    total = 0.0
+    for node in profile.nodes():
+        f = node.frame
+        if f.kind == "python" and f.file.endswith(file_suffix) and f.line == line:
+            # Count each node once even if the line recurses: only outermost occurrences.
+            if not any(
+                p.kind == "python" and p.file.endswith(file_suffix) and p.line == line
+                for p in node.path()[:-1]
+            ):
+                total += node.inclusive(metric)
+    return total
+
+
+def test_cpu_shares_match_work_at_source_lines(run_program):
+    _, out = run_program(SHARES)
+    p = deepcontext.load(out)
+    parts = {k: by_line(p, "prog.py", line_of(SHARES, f"LINE{k}")) for k in (60, 30, 10)}
+    total = sum(parts.values())
+    assert total > 0.5e9  # the program burns well over half a second of CPU
+    for k, v in parts.items():
+        assert abs(100 * v / total - k) <= 5, parts
+    # cpu_time is also the share of the whole profile: the three lines dominate it.
+    assert total >= 0.85 * p.total("cpu_time")
+    assert p.meta["complete"] == "1"
+
+
+SCOPES = """
+import deepcontext
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+@deepcontext.scope
+def decorated():
+    return spin(2_000_000)
+
+@deepcontext.scope("named")
+def named():
+    return spin(2_000_000)
+
+with deepcontext.scope("load"):
+    spin(3_000_000)  # INSIDE
+decorated()
+named()
+"""
+
+
+def test_user_scopes_wrap_the_lines_inside(run_program):
+    _, out = run_program(SCOPES)
+    p = deepcontext.load(out)
+    scopes = {n.frame.name: n for n in p.nodes() if n.frame.kind == "scope"}
+    assert set(scopes) == {"load", "decorated", "named"}
+    load = scopes["load"]
+    # The scope sits under the line of the `with` and above the work inside it.
+    assert load.parent.frame.kind == "python" and load.parent.frame.name == "<module>"
+    inside = line_of(SCOPES, "INSIDE")
+    lines = {c.frame.line for c in load.children}
+    assert inside in lines
+    assert load.inclusive("cpu_time") > 0.5 * scopes["decorated"].inclusive("cpu_time")
+    # No frame of deepcontext itself appears in any path.
+    assert not any("deepcontext" in n.frame.file for n in p.nodes() if n.frame.kind == "python")
+
+
+THREADS = """
+import threading
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+def worker_a():
+    spin(4_000_000)  # A
+
+def worker_b():
+    spin(2_000_000)  # B
+
+ta = threading.Thread(target=worker_a, name="alpha")
+tb = threading.Thread(target=worker_b, name="beta")
+ta.start(); tb.start(); ta.join(); tb.join()
+spin(1_000_000)  # MAIN
+"""
+
+
+def test_threads_are_attributed_separately(run_program):
+    _, out = run_program(THREADS)
+    p = deepcontext.load(out)
+    threads = {n.frame.name: n for n in p.root.children if n.frame.kind == "thread"}
+    assert {"alpha", "beta", "MainThread"} <= set(threads)
+    a = by_line(p, "prog.py", line_of(THREADS, "# A"))
+    b = by_line(p, "prog.py", line_of(THREADS, "# B"))
+    assert threads["alpha"].inclusive("cpu_time") >= 0.9 * a > 0
+    assert threads["beta"].inclusive("cpu_time") >= 0.9 * b > 0
+    # With the GIL the two workers interleave, yet CPU time follows the work: about 2:1.
+    assert 1.4 < a / b < 2.8
+    assert by_line(p, "prog.py", line_of(THREADS, "# MAIN")) > 0
+
+
+NATIVE = """
+import numpy as np
+
+a = np.random.rand(2_000_000)
+for _ in range(200):
+    b = np.sort(a)  # SORT
+"""
+
+
+def test_native_frames_sit_under_the_python_line(run_program):
+    _, out = run_program(NATIVE, "--native")
+    p = deepcontext.load(out)
+    sort_line = line_of(NATIVE, "SORT")
+    line_nodes = [
+        n
+        for n in p.nodes()
+        if n.frame.kind == "python"
+        and n.frame.line == sort_line
+        and n.frame.file.endswith("prog.py")
+    ]
+    assert line_nodes
+    native_below = [
+        n
+        for ln in line_nodes
+        for n in ln.walk()
+        if n.frame.kind == "native" and "multiarray" in n.frame.module
+    ]
+    assert native_below, "numpy's C frames must appear under the line that called np.sort"
+    native_cpu = sum(
+        n.exclusive("cpu_time") for ln in line_nodes for n in ln.walk() if n.frame.kind == "native"
+    )
+    assert native_cpu >= 0.5 * sum(ln.inclusive("cpu_time") for ln in line_nodes)
+    # Interpreter frames are replaced by Python frames, not shown.
+    assert not any(n.frame.name == "_PyEval_EvalFrameDefault" for n in p.nodes())
+
+
+def test_without_native_there_are_no_native_frames(run_program):
+    _, out = run_program(NATIVE)
+    p = deepcontext.load(out)
+    assert not any(n.frame.kind == "native" for n in p.nodes())

@@ -51,6 +51,8 @@ export interface Tree {
   childIdx: Int32Array;
   /** For a diff tree: the baseline's values per metric, same node ids. */
   base?: { inc: Record<string, Float64Array>; exc: Record<string, Float64Array> };
+  /** For a diff tree: node id in the current / baseline input -> node id here. */
+  diffMaps?: { cur: Int32Array; base: Int32Array };
 }
 
 /** Metrics whose inclusive value is a maximum, not a sum (they cannot be re-added after a merge). */
@@ -98,6 +100,10 @@ export function frameLabel(f: Frames, i: number): string {
   if (kind === "scope" || kind === "module" || kind === "backward" || kind === "thread" || kind === "step")
     return name ? `[${kind}] ${name}` : `[${kind}]`;
   return name;
+}
+
+export function kindLabel(kind: string): string {
+  return kind === "gpu_api" ? "GPU API" : kind === "hlo_op" ? "HLO op" : kind === "jax_op" ? "JAX op" : kind;
 }
 
 export function basename(p: string): string {

@@ -325,6 +325,7 @@ export function diff(cur: Tree, base: Tree): Tree {
   frames.kind[0] = "root";
   const tree = makeTree(Int32Array.from(b.parent), Int32Array.from(b.frame), frames, metrics, va.inc, va.exc);
   tree.base = vb;
+  tree.diffMaps = { cur: ma, base: mb };
   return tree;
 }
 

@@ -8,7 +8,19 @@ export default tseslint.config(
   {
     files: ["e2e/**/*.mjs"],
     languageOptions: {
-      globals: { process: "readonly", console: "readonly", performance: "readonly", URL: "readonly" },
+      // Node scripts whose page.evaluate() callbacks run in the browser
+      globals: {
+        process: "readonly",
+        console: "readonly",
+        performance: "readonly",
+        URL: "readonly",
+        document: "readonly",
+        window: "readonly",
+        location: "readonly",
+        requestAnimationFrame: "readonly",
+        MouseEvent: "readonly",
+        setTimeout: "readonly",
+      },
     },
   },
   {

@@ -118,6 +118,19 @@ export class FlameGraph {
     ctx.globalAlpha = 1;
   }
 
+  /** The drawn boxes in CSS pixels relative to the canvas (for tests and benchmarks). */
+  boxes(): { node: number; label: string; x: number; y: number; w: number; h: number }[] {
+    const l = this.layout;
+    const o = this.opts;
+    if (!l || !o) return [];
+    const W = parseFloat(this.canvas.style.width);
+    const out = [];
+    for (let i = 0; i < l.count; i++) {
+      out.push({ node: l.node[i], label: frameLabel(o.tree.frames, o.tree.frame[l.node[i]]), x: l.x[i] * W, y: this.y(l.depth[i]), w: l.w[i] * W, h: ROW });
+    }
+    return out;
+  }
+
   private boxAt(ev: MouseEvent): number {
     const l = this.layout;
     if (!l) return -1;

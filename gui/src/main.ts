@@ -84,8 +84,8 @@ class App {
   specs: MetricSpec[] = [];
   state: ViewState = { ...DEFAULT_STATE };
   private panes = new Map<ViewName, HTMLElement>();
-  private flame: FlameGraph | null = null;
-  private diffFlame: FlameGraph | null = null;
+  flame: FlameGraph | null = null;
+  diffFlame: FlameGraph | null = null;
   private tables = new Map<string, TreeTable>();
   private expanded = new Map<string, { key: string; set: Set<number> }>();
   private cache = new Map<string, unknown>();
@@ -457,7 +457,7 @@ class App {
         (n) => {
           const s = shown();
           this.selected = { tree: s.tree, node: n, toOrig: s.toOrig };
-          this.render();
+          this.renderDetails();
         },
         (n) => {
           const s = shown();
@@ -591,9 +591,10 @@ class App {
       return;
     }
     const lines = lineMetrics(tree, spec, file, inc, excOf(tree, spec));
-    const hot = lines.reduce((b, l) => (l.inc > b.inc ? l : b), { line: 0, inc: -1, exc: 0 });
+    // the hot line: the most exclusive (self) value, else the most inclusive
+    const hot = lines.reduce((b, l) => (l.exc > b.exc || (l.exc === b.exc && l.inc > b.inc) ? l : b), { line: 0, inc: -1, exc: -1 });
     const line = this.state.line || hot.line;
-    sub.appendChild(el("span", "legend", `${file}: ${lines.length} lines with samples; hottest line ${hot.line} (${formatValue(hot.inc, spec.unit)}). Gutter: inclusive · % of total · exclusive.`));
+    sub.appendChild(el("span", "legend", `${file}: ${lines.length} lines with samples; hottest line ${hot.line} (${formatValue(hot.exc, spec.unit)} exclusive). Gutter: inclusive · % of total · exclusive.`));
     const cached = this.sourceText.get(file);
     if (!cached) {
       host.replaceChildren(el("div", "msg", "loading…"));

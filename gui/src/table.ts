@@ -75,7 +75,10 @@ export class TreeTable {
       const n = parseInt(row.dataset.node!, 10);
       if ((ev.target as HTMLElement).classList.contains("caret")) {
         this.onToggle(n, !this.opts!.expanded.has(n));
-      } else this.onSelect(n);
+      } else {
+        this.select(n);
+        this.onSelect(n);
+      }
     });
     this.body.addEventListener("dblclick", (ev) => {
       const row = (ev.target as HTMLElement).closest(".trow") as HTMLElement | null;
@@ -141,6 +144,14 @@ export class TreeTable {
     this.spacer.style.height = `${this.rows.length * ROW_H}px`;
     this.el.dataset.rows = String(this.rows.length);
     this.lastRowsMs = performance.now() - t0;
+  }
+
+  /** Marks `node` selected without rebuilding the rows (keeps a double-click on the same row). */
+  select(node: number): void {
+    if (!this.opts) return;
+    this.opts.selected = node;
+    this.body.querySelectorAll(".trow.selected").forEach((r) => r.classList.remove("selected"));
+    this.body.querySelector(`.trow[data-node="${node}"]`)?.classList.add("selected");
   }
 
   scrollToNode(node: number): void {

@@ -1,0 +1,60 @@
+"""Fixtures for the GUI tests: real profiles made by `deepcontext run`, a running GUI server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PROGRAM = HERE / "programs" / "work.py"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = HERE / "screenshots"
+
+
+def run_profiler(out: Path, *args: str, cwd: Path | None = None) -> Path:
+    """Profiles `args` with `python -m deepcontext run -o out` and returns the profile path."""
+    cmd = [sys.executable, "-m", "deepcontext", "run", "-o", str(out), *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"deepcontext run failed: {r.stderr}"
+    assert out.exists()
+    return out
+
+
+@pytest.fixture(scope="session")
+def work_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("gui-work")
+    shutil.copy(PROGRAM, d / "work.py")
+    return d
+
+
+@pytest.fixture(scope="session")
+def profile_a(work_dir) -> Path:
+    return run_profiler(work_dir / "a.dctx", "work.py", "a", cwd=work_dir)
+
+
+@pytest.fixture(scope="session")
+def profile_b(work_dir) -> Path:
+    return run_profiler(work_dir / "b.dctx", "work.py", "b", cwd=work_dir)
+
+
+def browser_available() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not os.path.exists(CHROMIUM):
+        return f"{CHROMIUM} not installed (apt-get install chromium)"
+    if not shutil.which("node"):
+        return "node not installed"
+    if not (ROOT / "gui" / "node_modules" / "playwright-core").is_dir():
+        return "gui/node_modules missing (run scripts/build-gui.sh)"
+    return None
+
+
+def gui_built() -> bool:
+    from deepcontext import gui_server
+
+    return os.path.isfile(os.path.join(gui_server.STATIC_DIR, "index.html"))

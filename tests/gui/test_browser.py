@@ -1,0 +1,77 @@
+"""The GUI in headless Chromium (playwright-core) against the real server on real profiles:
+every view, search, focus, hide, sort/expand, source at the hot line, diff, findings; one
+screenshot per view in tests/gui/screenshots/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from deepcontext.analyzer import REGISTRY, Finding, rule
+from deepcontext.gui_server import GuiServer
+
+from .conftest import ROOT, SCREENSHOTS, browser_available, gui_built
+
+why = browser_available()
+pytestmark = pytest.mark.skipif(why is not None, reason=why or "")
+
+
+@pytest.fixture
+def hot_function_rule():
+    """A custom analyzer rule (the analyzer's public API) that names square_sum, so the findings
+    view has a finding to show and link."""
+
+    @rule("gui-test-hot-function", "square_sum is hot", needs=("cpu_time",))
+    def check(q):
+        nodes = q.profile.find(name="square_sum")
+        if nodes:
+            n = max(nodes, key=lambda x: x.inclusive("cpu_time"))
+            t = n.inclusive("cpu_time")
+            yield Finding(
+                summary="square_sum holds most of the CPU time",
+                suggestion="vectorize the loop",
+                metric="cpu_time",
+                time=t,
+                saving=t / 2,
+                estimate="half of its time",
+                node=n.id,
+            )
+
+    yield check
+    REGISTRY.pop("gui-test-hot-function", None)
+
+
+def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
+    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+    SCREENSHOTS.mkdir(exist_ok=True)
+    server = GuiServer(str(profile_b), str(profile_a)).start()
+    try:
+        r = subprocess.run(
+            ["node", "e2e/views.mjs", server.url, str(SCREENSHOTS)],
+            cwd=ROOT / "gui",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.close()
+    out = r.stdout.strip().splitlines()
+    assert out, f"no output from the browser script: {r.stderr[-2000:]}"
+    result = json.loads(out[-1])
+    assert result["failures"] == [], result["failures"]
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(result["checks"]) >= 30
+    for view in [
+        "flame",
+        "flame-focus",
+        "flame-search",
+        "top-down",
+        "bottom-up",
+        "flat",
+        "sandwich",
+        "source",
+        "diff",
+        "findings",
+    ]:
+        assert (SCREENSHOTS / f"{view}.png").stat().st_size > 5000, view

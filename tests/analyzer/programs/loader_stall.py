@@ -10,13 +10,15 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class SlowReads(Dataset):
+    def __init__(self):
+        self.data = torch.randn(len(self), 64, generator=torch.Generator().manual_seed(0))
+
     def __len__(self):
-        return 16 * 160
+        return 16 * 120
 
     def __getitem__(self, i):
         time.sleep(0.001)
-        g = torch.Generator().manual_seed(i)
-        return torch.randn(64, generator=g), i % 10
+        return self.data[i], i % 10
 
 
 def main():
@@ -37,7 +39,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        for _ in range(8):  # the rest of the step, longer than a batch of reads over 2 workers
+        for _ in range(16):  # the rest of the step: longer than a batch of reads over 2 workers
             model(torch.randn(512, 64)).sum()
     print(f"loss {loss.item():.4f} in {time.perf_counter() - t0:.2f} s")
 

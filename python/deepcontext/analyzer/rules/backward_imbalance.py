@@ -7,8 +7,33 @@ from ..finding import Finding
 from ..query import Query
 from ._common import by_line, fmt_ns, op_metric
 
-MIN_RATIO = 3.0
-MIN_SHARE = 0.03
+MIN_RATIO = 4.0
+MIN_SHARE = 0.05
+# Ops whose forward only makes a view: any real backward is "far slower" and says nothing.
+VIEW_OPS = {
+    "aten::view",
+    "aten::reshape",
+    "aten::_unsafe_view",
+    "aten::expand",
+    "aten::permute",
+    "aten::transpose",
+    "aten::t",
+    "aten::squeeze",
+    "aten::unsqueeze",
+    "aten::as_strided",
+    "aten::slice",
+    "aten::select",
+    "aten::alias",
+    "aten::flatten",
+    "aten::unflatten",
+    "aten::narrow",
+    "aten::split",
+    "aten::chunk",
+    "aten::unbind",
+    "aten::expand_as",
+    "aten::view_as",
+    "aten::movedim",
+}
 # A matmul's backward is two matmuls, an elementwise op's about one: 2x covers the usual ops.
 TYPICAL_RATIO = 2.0
 
@@ -25,7 +50,7 @@ def check(q: Query):
     ops = []
     for b in q.nodes_of_kind("backward"):
         p = q.parent(b)
-        if q.kind[p] in ("operator", "hlo_op") and q.backward[p] < 0:
+        if q.kind[p] in ("operator", "hlo_op") and q.backward[p] < 0 and q.name(p) not in VIEW_OPS:
             ops.append(p)
     ops = sorted(set(ops))
     for site in by_line(q, ops, extra_key=q.name):

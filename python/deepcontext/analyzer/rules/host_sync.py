@@ -17,7 +17,8 @@ SYNC_OPS = re.compile(
     r"^aten::(_local_scalar_dense|item|is_nonzero|nonzero|nonzero_static|masked_select|"
     r"unique\w*|_unique\w*|equal|allclose|tolist)$"
 )
-PRINT_FILE = re.compile(r"torch/_tensor_str\.py$")
+PRINT_FILE = re.compile(r"torch/_tensor(_str)?\.py$")
+PRINT_FUNCS = ("Tensor.__repr__", "Tensor.__format__", "__repr__", "__format__", "_str")
 SYNC_FUNCS = re.compile(r"^(synchronize|current_stream_synchronize)$")
 SYNC_FUNC_FILE = re.compile(r"torch/(cuda|xpu|mps)/")
 MIN_CALLS = 10
@@ -35,7 +36,7 @@ def _classify(q: Query) -> tuple[list[int], list[int]]:
                 ops.append(n)
         elif k == "python":
             f = q.frame(n)
-            if PRINT_FILE.search(f.file) and f.name in ("__repr__", "__format__"):
+            if PRINT_FILE.search(f.file) and f.name in PRINT_FUNCS:
                 wrappers.append(n)
             elif SYNC_FUNCS.match(f.name) and SYNC_FUNC_FILE.search(f.file):
                 wrappers.append(n)

@@ -111,7 +111,7 @@ def main(args) -> int:
         sys.argv = [module, *rest]
         sys.path[0] = os.getcwd()
     options["command"] = list(sys.argv)
-    path = session.start(output, **options)
+    session.start(output, **options)
     status = 0
     try:
         if script:

@@ -11,9 +11,8 @@ import sys
 import textwrap
 import time
 
-import pytest
-
 import deepcontext
+import pytest
 from deepcontext.profile import ProfileError
 
 WORK = """

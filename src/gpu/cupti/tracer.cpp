@@ -139,6 +139,7 @@ class Tracer {
   static void on_flush(int final, void *user);
 
   bool load_library(const char *candidates);
+  bool driver_present();
   void enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
                             std::vector<std::unique_ptr<ApiInfo>> &table);
   void api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -196,6 +197,18 @@ bool Tracer::load_library(const char *candidates) {
   return false;
 }
 
+// libcupti dereferences the driver's tables unchecked: without libcuda it crashes in subscribe.
+bool Tracer::driver_present() {
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  using VersionFn = CUresult (*)(int *);
+  auto version = cuda ? reinterpret_cast<VersionFn>(dlsym(cuda, "cuDriverGetVersion")) : nullptr;
+  int v = 0;
+  if (version && version(&v) == CUDA_SUCCESS && v > 0) return true;
+  message_ = cuda ? "GPU metrics off: the NVIDIA driver does not answer (cuDriverGetVersion)"
+                  : "GPU metrics off: no NVIDIA driver (libcuda.so.1 not found)";
+  return false;
+}
+
 void Tracer::enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
                                   std::vector<std::unique_ptr<ApiInfo>> &table) {
   table.clear();
@@ -217,7 +230,14 @@ int Tracer::start(const char *candidates, const char *record_path) {
     message_ = "GPU metrics off: the profiler core is not active";
     return DCTX_CUPTI_NO_CORE;
   }
-  if (!lib_ && !load_library(candidates)) return DCTX_CUPTI_NOT_FOUND;
+  if (!driver_present()) {
+    dctx_note(message_.c_str());
+    return DCTX_CUPTI_NO_GPU;
+  }
+  if (!lib_ && !load_library(candidates)) {
+    dctx_note(message_.c_str());
+    return DCTX_CUPTI_NOT_FOUND;
+  }
   auto driver = std::make_shared<DriverQuery>();
   auto query = [driver](uint32_t ordinal, dctx_gpu_device *out) { return (*driver)(ordinal, out); };
   processor_ = std::make_unique<Processor>(query);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU check, in one `device` call on the lent NVIDIA machine (docs/gpu.md):
+#   run(command="scripts/gpu-check.sh", carry=[".gpu-deps"])
+# It brings what that machine lacks (sqlite3/libunwind headers, pkg-config: Debian packages that
+# scripts/gpu-deps.sh downloads into .gpu-deps/, unpacked into a prefix, never into /), builds and
+# installs the package into the machine's Python, captures the CUPTI fixtures, runs the GPU tests
+# and the GPU benchmark, and prints a summary table. Logs and results go to $OUT (or ./out-gpu).
+# Steps: STEPS="build fixtures tests bench" (default all); BENCH_ARGS passes options to the bench.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$root/out-gpu}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+steps=${STEPS:-build fixtures tests bench}
+prefix=/tmp/deepcontext-gpu-deps
+declare -a summary=()
+row() { summary+=("$(printf '| %-10s | %-6s | %6ss | %s |' "$1" "$2" "$3" "$4")"); }
+want() { [[ " $steps " == *" $1 "* ]]; }
+
+echo "== inventory"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+"$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+cmake --version | head -1 || "$py" -m cmake --version | head -1
+
+if want build; then
+  t0=$SECONDS
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+  pcdir=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig
+  sed -i "s|^prefix=.*|prefix=$prefix/usr|" "$pcdir"/*.pc
+  export PKG_CONFIG_PATH=$pcdir
+  export PKG_CONFIG=$prefix/usr/bin/pkgconf
+  export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # The machine's own libsqlite3.so.0 with the carried headers (Debian's .a is not PIC).
+  export CMAKE_ARGS="-DSQLite3_INCLUDE_DIR=$prefix/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 -DPKG_CONFIG_EXECUTABLE=$PKG_CONFIG"
+  export CMAKE_BUILD_PARALLEL_LEVEL=16
+  if "$py" -m pip install --no-build-isolation --no-deps -q . >"$out/build.log" 2>&1; then
+    row build ok $((SECONDS - t0)) "$(cd /tmp && "$py" -c 'import deepcontext, os; d=os.path.dirname(deepcontext.__file__); print(" ".join(sorted(f for f in os.listdir(d) if f.endswith(".so"))))')"
+  else
+    tail -40 "$out/build.log"
+    row build FAIL $((SECONDS - t0)) "see build.log"
+    printf '%s\n' "${summary[@]}"
+    exit 1
+  fi
+else
+  export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+if want fixtures; then
+  t0=$SECONDS
+  if (cd /tmp && "$py" "$root/tests/gpu/capture_fixtures.py" --out "$root/tests/data/gpu") >"$out/fixtures.log" 2>&1; then
+    tar -C "$root/tests/data/gpu" -czf "$out/fixtures.tar.gz" .
+    row fixtures ok $((SECONDS - t0)) "$(du -b "$out/fixtures.tar.gz" | cut -f1) bytes (tar.gz)"
+  else
+    tail -30 "$out/fixtures.log"
+    row fixtures FAIL $((SECONDS - t0)) "see fixtures.log"
+  fi
+fi
+
+if want tests; then
+  t0=$SECONDS
+  (cd /tmp && "$py" -m pytest -q -p no:cacheprovider -x "$root/tests/gpu" 2>&1) | tee "$out/tests.log" | tail -25
+  row tests "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "$(grep -E 'passed|failed' "$out/tests.log" | tail -1)"
+fi
+
+if want bench; then
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  (cd /tmp && PYTHONUNBUFFERED=1 "$py" "$root/bench/gpu_overhead.py" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log" | tail -30
+  row bench "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "bench.json"
+fi
+
+echo
+echo "| step       | result | time    | detail |"
+echo "| ---------- | ------ | ------- | ------ |"
+printf '%s\n' "${summary[@]}"

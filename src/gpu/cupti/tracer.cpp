@@ -401,8 +401,9 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
     switch (record->kind) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-        // Every kernel record version shares this prefix.
-        const auto *k = reinterpret_cast<const CUpti_ActivityKernel11 *>(record);
+        // Kernel10 (CUPTI 13.0) and Kernel11 (13.1+) share every field read here; 13.0 headers
+        // lack Kernel11.
+        const auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(record);
         a.kind = DCTX_GPU_KERNEL;
         a.correlation = k->correlationId;
         a.start = k->start;

@@ -7,9 +7,18 @@ native core (deepcontext._core) is imported lazily so reading profiles needs no 
 
 from __future__ import annotations
 
-from .profile import Profile, load
 from .scope import scope
 from .session import start, stop, is_active, flush
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The reader (sqlite3, dataclasses) loads on first use: `deepcontext run` starts faster.
+    if name in ("Profile", "load"):
+        from . import profile
+
+        return getattr(profile, name)
+    raise AttributeError(name)
+
 __all__ = ["Profile", "load", "scope", "start", "stop", "is_active", "flush", "__version__"]

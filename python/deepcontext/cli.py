@@ -11,7 +11,9 @@ from .commands import COMMANDS
 from .errors import ProfileError, UserError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (so `run` starts the
+    profiled program without importing the readers, numpy and the GUI server)."""
     parser = argparse.ArgumentParser(
         prog="deepcontext",
         description="Profile PyTorch/JAX programs by Python line, operator, native frame and GPU kernel.",
@@ -20,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(f"deepcontext.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -31,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -1,6 +1,9 @@
 """Errors that the CLI prints as one line (no traceback) before exiting non-zero."""
 
-from .profile import ProfileError
+
+
+class ProfileError(Exception):
+    """A file that is not a readable .dctx profile (missing, corrupt, foreign, newer version)."""
 
 
 class UserError(Exception):

@@ -37,8 +37,7 @@ FRAME_KINDS = [
 ]
 
 
-class ProfileError(Exception):
-    """A file that is not a readable DeepContext profile (one-line message)."""
+from .errors import ProfileError  # noqa: E402  (re-exported)
 
 
 @dataclass(frozen=True)

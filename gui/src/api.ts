@@ -7,7 +7,7 @@ export interface ProfileInfo {
   path: string;
   meta: Record<string, string>;
   notes: string[];
-  metrics: MetricInfo[];
+  metrics: (MetricInfo & { empty?: boolean })[];
   nodes: number;
   frames: number;
   default_metric: string;
@@ -97,10 +97,17 @@ export async function loadTree(p: number, info: ProfileInfo): Promise<Tree> {
   const frame = new Int32Array(nodes, 4 * n, n);
   const inc: Record<string, Float64Array> = {};
   const exc: Record<string, Float64Array> = {};
-  info.metrics.forEach((m, k) => {
+  let k = 0;
+  for (const m of info.metrics) {
+    if (m.empty) {
+      inc[m.name] = new Float64Array(n);
+      exc[m.name] = new Float64Array(n);
+      continue;
+    }
     inc[m.name] = new Float64Array(metrics, 16 * n * k, n);
     exc[m.name] = new Float64Array(metrics, 16 * n * k + 8 * n, n);
-  });
+    k++;
+  }
   return makeTree(parent, frame, frames, info.metrics, inc, exc);
 }
 

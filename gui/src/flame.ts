@@ -5,6 +5,7 @@ import { Layout, hitTest, layoutFlame } from "./layout";
 import { Tree, frameLabel } from "./model";
 
 export const ROW = 18;
+const labelCache = new WeakMap<object, string[]>();
 const FONT = "11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
 
 export interface FlameOptions {
@@ -63,10 +64,14 @@ export class FlameGraph {
     this.layout = layoutFlame(o.tree, o.values, o.focus, width, 0.5);
     const h = (this.layout.maxDepth + 1) * ROW + 2;
     const dpr = window.devicePixelRatio || 1;
-    this.canvas.width = Math.floor(width * dpr);
-    this.canvas.height = Math.floor(h * dpr);
-    this.canvas.style.width = `${width}px`;
-    this.canvas.style.height = `${h}px`;
+    const cw = Math.floor(width * dpr);
+    const ch = Math.floor(h * dpr);
+    if (this.canvas.width !== cw || this.canvas.height !== ch) {
+      this.canvas.width = cw;
+      this.canvas.height = ch;
+      this.canvas.style.width = `${width}px`;
+      this.canvas.style.height = `${h}px`;
+    }
     this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     this.hover = -1;
     this.draw();
@@ -87,35 +92,51 @@ export class FlameGraph {
     if (!o || !l) return;
     const ctx = this.ctx;
     const W = parseFloat(this.canvas.style.width);
-    ctx.clearRect(0, 0, W, this.canvas.height);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
     ctx.font = FONT;
     ctx.textBaseline = "middle";
     const f = o.tree.frames;
+    let labels = labelCache.get(f);
+    if (!labels) labelCache.set(f, (labels = new Array<string>(f.kind.length)));
+    // boxes grouped by colour and fading: one fillStyle change per group, not per box
+    const groups = new Map<string, number[]>();
     for (let i = 0; i < l.count; i++) {
       const n = l.node[i];
-      const x = l.x[i] * W;
-      const w = l.w[i] * W;
-      const y = this.y(l.depth[i]);
       const faded = o.dim !== null && !o.dim[n];
-      ctx.globalAlpha = faded ? 0.28 : 1;
-      ctx.fillStyle = l.depth[i] < l.focusDepth ? "#d8d8d8" : o.color(n);
-      ctx.fillRect(x, y, Math.max(w - (w > 3 ? 1 : 0), 0.5), ROW - 1);
-      if (i === this.hover) {
-        ctx.globalAlpha = 1;
-        ctx.strokeStyle = "#000";
-        ctx.lineWidth = 1.5;
-        ctx.strokeRect(x + 0.75, y + 0.75, Math.max(w - 1.5, 1), ROW - 2.5);
-      }
-      if (w > 24) {
-        const label = frameLabel(f, o.tree.frame[n]);
-        const fit = Math.floor((w - 6) / this.charW);
-        if (fit >= 2) {
-          ctx.fillStyle = "#111";
-          ctx.fillText(label.length > fit ? label.slice(0, fit - 1) + "…" : label, x + 3, y + ROW / 2);
-        }
+      const key = (faded ? "f" : "s") + (l.depth[i] < l.focusDepth ? "#d8d8d8" : o.color(n));
+      let g = groups.get(key);
+      if (!g) groups.set(key, (g = []));
+      g.push(i);
+    }
+    for (const [key, g] of groups) {
+      ctx.globalAlpha = key[0] === "f" ? 0.28 : 1;
+      ctx.fillStyle = key.slice(1);
+      for (const i of g) {
+        const w = l.w[i] * W;
+        ctx.fillRect(l.x[i] * W, this.y(l.depth[i]), Math.max(w - (w > 3 ? 1 : 0), 0.5), ROW - 1);
       }
     }
     ctx.globalAlpha = 1;
+    ctx.fillStyle = "#111";
+    for (let i = 0; i < l.count; i++) {
+      const w = l.w[i] * W;
+      if (w <= 24) continue;
+      const n = l.node[i];
+      const fit = Math.floor((w - 6) / this.charW);
+      if (fit < 2) continue;
+      const fr = o.tree.frame[n];
+      const label = labels[fr] ?? (labels[fr] = frameLabel(f, fr));
+      const faded = o.dim !== null && !o.dim[n];
+      if (faded) ctx.globalAlpha = 0.45;
+      ctx.fillText(label.length > fit ? label.slice(0, fit - 1) + "…" : label, l.x[i] * W + 3, this.y(l.depth[i]) + ROW / 2);
+      if (faded) ctx.globalAlpha = 1;
+    }
+    if (this.hover >= 0 && this.hover < l.count) {
+      const i = this.hover;
+      ctx.strokeStyle = "#000";
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(l.x[i] * W + 0.75, this.y(l.depth[i]) + 0.75, Math.max(l.w[i] * W - 1.5, 1), ROW - 2.5);
+    }
   }
 
   /** The drawn boxes in CSS pixels relative to the canvas (for tests and benchmarks). */

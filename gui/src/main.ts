@@ -21,11 +21,11 @@ import {
 } from "./model";
 import { SourceView } from "./source";
 import { DEFAULT_STATE, VIEWS, ViewName, ViewState, formatHash, parseHash } from "./state";
-import { Column, TreeTable } from "./table";
+import { Column, TableTree, TreeTable, tableTree } from "./table";
 import {
   Filtered,
+  LazyBottomUp,
   SearchResult,
-  bottomUp,
   compileSearch,
   diff,
   fileTotals,
@@ -62,6 +62,8 @@ interface Timings {
   loadMs: number;
   firstViewMs: number;
   lastApplyMs: number;
+  /** ms since navigation start when the first view was drawn */
+  readyAt?: number;
   error?: string;
 }
 
@@ -71,9 +73,35 @@ declare global {
   }
 }
 
+/** What the details panel and table columns read: a Tree or a lazily built one. */
+interface DetailTree {
+  frames: Tree["frames"];
+  frame: ArrayLike<number>;
+  metrics: Tree["metrics"];
+  inc: Record<string, ArrayLike<number>>;
+  exc: Record<string, ArrayLike<number>>;
+  base?: Tree["base"];
+}
+
+/** A metric value of one node (a ratio metric divides the two stored values). */
+function val(t: DetailTree | NonNullable<Tree["base"]>, spec: MetricSpec, which: "inc" | "exc", n: number): number {
+  const a = t[which][spec.num]?.[n] ?? 0;
+  if (!spec.den) return a;
+  const b = t[which][spec.den]?.[n] ?? 0;
+  return b > 0 ? a / b : 0;
+}
+
+const tableCache = new WeakMap<Tree, TableTree>();
+function asTable(t: Tree | LazyBottomUp): TableTree {
+  if (t instanceof LazyBottomUp) return t;
+  let x = tableCache.get(t);
+  if (!x) tableCache.set(t, (x = tableTree(t)));
+  return x;
+}
+
 /** A tree shown in a view, with a way back to the loaded profile's node ids. */
 interface Shown {
-  tree: Tree;
+  tree: DetailTree;
   /** view node -> a node id of the loaded profile (for focus in the URL), -1 where none */
   toOrig: (n: number) => number;
 }
@@ -89,8 +117,8 @@ class App {
   private tables = new Map<string, TreeTable>();
   private expanded = new Map<string, { key: string; set: Set<number> }>();
   private cache = new Map<string, unknown>();
-  private selected: { tree: Tree; node: number; toOrig: (n: number) => number } | null = null;
-  private hover: { tree: Tree; node: number } | null = null;
+  private selected: { tree: DetailTree; node: number; toOrig: (n: number) => number } | null = null;
+  private hover: { tree: DetailTree; node: number } | null = null;
   private source: SourceView | null = null;
   private findings: Findings | null = null;
   private diffList = new Map<string, DiffList>();
@@ -114,6 +142,7 @@ class App {
     this.state = parseHash(location.hash);
     this.apply();
     window.__dctx.firstViewMs = performance.now() - t0;
+    window.__dctx.readyAt = performance.now();
     window.__dctx.ready = true;
     document.body.dataset.ready = "1";
   }
@@ -168,7 +197,7 @@ class App {
     });
   }
 
-  private topShown(): Shown {
+  private topShown(): { tree: Tree; toOrig: (n: number) => number } {
     const f = this.filtered();
     const rev = this.reverseMap();
     return { tree: f.tree, toOrig: (n) => rev[n] };
@@ -432,18 +461,21 @@ class App {
     this.renderDetails();
   }
 
-  private columns(tree: Tree, spec: MetricSpec, totalTree: Tree): Column[] {
+  private columns(tree: DetailTree, spec: MetricSpec, totalTree: Tree): Column[] {
     const unit = spec.unit;
     const totalW = widthOf(totalTree, spec)[0];
+    const num = tree.inc[spec.num];
+    const numx = tree.exc[spec.num];
     const cols: Column[] = [
-      { id: "inc", label: spec.den ? `${spec.label} (incl)` : "inclusive", values: incOf(tree, spec), unit, title: `${spec.label}, inclusive` },
-      { id: "incp", label: "incl %", values: widthOf(tree, spec), unit, total: totalW, title: "inclusive, % of the profile's total" },
-      { id: "exc", label: spec.den ? `${spec.label} (excl)` : "exclusive", values: excOf(tree, spec), unit, title: `${spec.label}, exclusive` },
-      { id: "excp", label: "excl %", values: tree.exc[spec.num] ?? new Float64Array(tree.n), unit, total: totalW, title: "exclusive, % of the profile's total" },
+      { id: "inc", label: spec.den ? `${spec.label} (incl)` : "inclusive", value: (n) => val(tree, spec, "inc", n), unit, title: `${spec.label}, inclusive` },
+      { id: "incp", label: "incl %", value: (n) => num?.[n] ?? 0, unit, total: totalW, title: "inclusive, % of the profile's total" },
+      { id: "exc", label: spec.den ? `${spec.label} (excl)` : "exclusive", value: (n) => val(tree, spec, "exc", n), unit, title: `${spec.label}, exclusive` },
+      { id: "excp", label: "excl %", value: (n) => numx?.[n] ?? 0, unit, total: totalW, title: "exclusive, % of the profile's total" },
     ];
     for (const m of tree.metrics) {
-      if (m.name === spec.num || !tree.inc[m.name]) continue;
-      cols.push({ id: `inc:${m.name}`, label: m.name, values: tree.inc[m.name], unit: m.unit, title: `${m.name} (${m.unit}), inclusive: ${m.description}` });
+      const arr = tree.inc[m.name];
+      if (m.name === spec.num || !arr) continue;
+      cols.push({ id: `inc:${m.name}`, label: m.name, value: (n) => arr[n], unit: m.unit, title: `${m.name} (${m.unit}), inclusive: ${m.description}` });
     }
     return cols;
   }
@@ -488,7 +520,7 @@ class App {
     return set;
   }
 
-  private selectedIn(tree: Tree): number | undefined {
+  private selectedIn(tree: DetailTree): number | undefined {
     return this.selected && this.selected.tree === tree ? this.selected.node : undefined;
   }
 
@@ -504,22 +536,27 @@ class App {
     this.searchSummary(sub, r, values[focus], spec.unit);
     const t = this.table("top", pane, () => this.topShown());
     const expanded = this.expandedFor("top", `${this.hiddenKey()}:${focus}:${spec.num}`, tree, focus, values);
-    t.set({ tree, columns: this.columns(tree, spec, tree), sort: this.state.sort, root: focus, expanded, mark: r?.match, selected: this.selectedIn(tree) });
+    const mk = r?.match;
+    t.set({ tree: asTable(tree), columns: this.columns(tree, spec, tree), sort: this.state.sort, root: focus, expanded, mark: mk ? (n) => mk[n] === 1 : null, selected: this.selectedIn(tree) });
   }
 
   private renderBottom(sub: HTMLElement): void {
     const pane = this.panes.get("bottom")!;
     const key = `bottom:${this.hiddenKey()}`;
-    const tree = this.memo(key, () => bottomUp(this.filtered().tree));
+    const base = this.filtered().tree;
+    const tree = this.memo(key, () => new LazyBottomUp(base));
     const shown: Shown = { tree, toOrig: () => -1 };
     const spec = this.spec;
     sub.appendChild(el("span", "legend", "Bottom-up: each function with its own (exclusive) time at the first level; expand to see its callers. Double-click a row for its sandwich."));
-    const values = widthOf(tree, spec);
-    const r = this.searchOn(tree, values);
-    this.searchSummary(sub, r, values[0], spec.unit);
+    const r = this.searchOn(base, widthOf(base, spec));
+    this.searchSummary(sub, r, widthOf(base, spec)[0], spec.unit);
+    const re = compileSearch(this.state.search);
+    const fm = re ? this.memo(`fm:${this.state.search}`, () => Uint8Array.from(base.frames.kind, (_, f) => (f > 0 && (re.test(frameLabel(base.frames, f)) || re.test(base.frames.file[f])) ? 1 : 0))) : null;
     const t = this.table("bottom", pane, () => shown);
-    const expanded = this.expandedFor("bottom", key, tree, 0, values, false);
-    t.set({ tree, columns: this.columns(tree, spec, this.filtered().tree), sort: this.state.sort, root: 0, expanded, mark: r?.match, selected: this.selectedIn(tree) });
+    const e = this.expanded.get("bottom");
+    const expanded = e && e.key === key ? e.set : new Set<number>([0]);
+    this.expanded.set("bottom", { key, set: expanded });
+    t.set({ tree, columns: this.columns(tree, spec, base), sort: this.state.sort, root: 0, expanded, mark: fm ? (n) => fm[tree.frame[n]] === 1 : null, selected: this.selectedIn(tree) });
   }
 
   private renderFlat(sub: HTMLElement): void {
@@ -534,7 +571,8 @@ class App {
     this.searchSummary(sub, r, values[0], spec.unit);
     const t = this.table("flat", pane, () => shown);
     const expanded = this.expandedFor("flat", key, tree, 0, values, false);
-    t.set({ tree, columns: this.columns(tree, spec, this.filtered().tree), sort: this.state.sort, root: 0, expanded, filter: r?.match, selected: this.selectedIn(tree) });
+    const mk = r?.match;
+    t.set({ tree: asTable(tree), columns: this.columns(tree, spec, this.filtered().tree), sort: this.state.sort, root: 0, expanded, filter: mk ? (n) => mk[n] === 1 : null, selected: this.selectedIn(tree) });
   }
 
   private renderSandwich(sub: HTMLElement): void {
@@ -562,8 +600,8 @@ class App {
     const calleesT = this.table("callees", pane.children[1] as HTMLElement, () => ({ tree: s.callees, toOrig: () => -1 }));
     const wc = widthOf(s.callers, spec);
     const we = widthOf(s.callees, spec);
-    callersT.set({ tree: s.callers, columns: this.columns(s.callers, spec, base), sort: this.state.sort, root: 1 < s.callers.n ? 1 : 0, expanded: this.expandedFor("callers", key, s.callers, 1, wc), selected: this.selectedIn(s.callers) });
-    calleesT.set({ tree: s.callees, columns: this.columns(s.callees, spec, base), sort: this.state.sort, root: 1 < s.callees.n ? 1 : 0, expanded: this.expandedFor("callees", key, s.callees, 1, we), selected: this.selectedIn(s.callees) });
+    callersT.set({ tree: asTable(s.callers), columns: this.columns(s.callers, spec, base), sort: this.state.sort, root: 1 < s.callers.n ? 1 : 0, expanded: this.expandedFor("callers", key, s.callers, 1, wc), selected: this.selectedIn(s.callers) });
+    calleesT.set({ tree: asTable(s.callees), columns: this.columns(s.callees, spec, base), sort: this.state.sort, root: 1 < s.callees.n ? 1 : 0, expanded: this.expandedFor("callees", key, s.callees, 1, we), selected: this.selectedIn(s.callees) });
   }
 
   private renderSource(sub: HTMLElement): void {
@@ -683,15 +721,16 @@ class App {
       return { di, de };
     });
     const cols: Column[] = [
-      { id: "inc", label: "now", values: tree.inc[spec.num] ?? cur, unit },
-      { id: "base", label: "baseline", values: base, unit },
-      { id: "delta", label: "change (incl)", values: dv.di, unit, signed: true },
-      { id: "dexc", label: "change (excl)", values: dv.de, unit, signed: true },
+      { id: "inc", label: "now", value: (n) => cur[n], unit },
+      { id: "base", label: "baseline", value: (n) => base[n], unit },
+      { id: "delta", label: "change (incl)", value: (n) => dv.di[n], unit, signed: true },
+      { id: "dexc", label: "change (excl)", value: (n) => dv.de[n], unit, signed: true },
     ];
     const sort = cols.some((c) => c.id === this.state.sort) ? this.state.sort : "delta";
     const t = this.table("diff", tblHost, () => ({ tree: this.diffTree().tree, toOrig: this.diffTree().toOrig }));
     const ex = this.expandedFor("diff", `${this.hiddenKey()}:${focus}:${spec.num}`, tree, focus, widths);
-    t.set({ tree, columns: cols, sort, root: focus, expanded: ex, mark: r?.match, selected: this.selectedIn(tree) });
+    const mk = r?.match;
+    t.set({ tree: asTable(tree), columns: cols, sort, root: focus, expanded: ex, mark: mk ? (n) => mk[n] === 1 : null, selected: this.selectedIn(tree) });
     this.renderChanges(changes, spec.num, unit);
   }
 
@@ -831,10 +870,11 @@ class App {
     for (const s of this.specs) {
       if (!tree.inc[s.num]) continue;
       const tr = el("tr");
-      const inc = incOf(tree, s)[node];
-      tr.append(el("td", "", s.label), el("td", "", formatValue(inc, s.unit)), el("td", "", s.den ? "" : formatPercent(inc, widthOf(tree, s)[0])), el("td", "", formatValue(excOf(tree, s)[node], s.unit)));
+      const inc = val(tree, s, "inc", node);
+      const total = tree.base ? val(tree, s, "inc", 0) : widthOf(this.filtered().tree, s)[0];
+      tr.append(el("td", "", s.label), el("td", "", formatValue(inc, s.unit)), el("td", "", s.den ? "" : formatPercent(inc, total)), el("td", "", formatValue(val(tree, s, "exc", node), s.unit)));
       if (tree.base) {
-        const b = baseIncOf(tree, s)[node];
+        const b = val(tree.base, s, "inc", node);
         tr.append(el("td", "", formatValue(b, s.unit)), el("td", "", `${inc - b >= 0 ? "+" : ""}${formatValue(inc - b, s.unit)}`));
       }
       tbl.appendChild(tr);

@@ -210,6 +210,8 @@ export function widthOf(t: Tree, spec: MetricSpec): Float64Array {
   return t.inc[spec.num] ?? zeros(t);
 }
 
+const intFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+
 export function formatValue(v: number, unit: string): string {
   if (!isFinite(v)) return "-";
   const a = Math.abs(v);
@@ -226,7 +228,7 @@ export function formatValue(v: number, unit: string): string {
     return `${v.toFixed(0)} B`;
   }
   if (unit === "ratio") return v.toPrecision(3);
-  if (Number.isInteger(v)) return v.toLocaleString("en-US");
+  if (Number.isInteger(v)) return intFormat.format(v);
   if (a >= 100) return v.toFixed(0);
   return v.toPrecision(3);
 }

@@ -1,15 +1,32 @@
 // A virtualized tree table: only the rows in view exist in the DOM, so expanding a node with
 // 10^5 children or sorting a flat profile of every frame stays fast.
 
-import { Tree, formatPercent, formatValue, frameLabel, kindLabel } from "./model";
+import { Frames, Tree, formatPercent, formatValue, frameLabel, kindLabel } from "./model";
 import { kindColor } from "./colors";
 
 export const ROW_H = 22;
 
+/** What the table needs of a tree: frames, and children on demand (a lazy tree computes them). */
+export interface TableTree {
+  frames: Frames;
+  frame: ArrayLike<number>;
+  children(n: number): ArrayLike<number>;
+  hasChildren(n: number): boolean;
+}
+
+export function tableTree(t: Tree): TableTree {
+  return {
+    frames: t.frames,
+    frame: t.frame,
+    children: (n) => t.childIdx.subarray(t.childStart[n], t.childStart[n + 1]),
+    hasChildren: (n) => t.childStart[n + 1] > t.childStart[n],
+  };
+}
+
 export interface Column {
   id: string;
   label: string;
-  values: Float64Array;
+  value: (n: number) => number;
   unit: string;
   /** show the value as a percentage of this total (0: show the value) */
   total?: number;
@@ -19,17 +36,17 @@ export interface Column {
 }
 
 export interface TableOptions {
-  tree: Tree;
+  tree: TableTree;
   columns: Column[];
   /** column id to sort children by (descending), or "name" */
   sort: string;
   root: number;
   /** nodes to show expanded */
   expanded: Set<number>;
-  /** when set, only the root's children with a 1 here are listed (flat view search) */
-  filter?: Uint8Array | null;
+  /** when set, only the root's children that pass are listed (flat view search) */
+  filter?: ((n: number) => boolean) | null;
   /** nodes to mark (search matches) */
-  mark?: Uint8Array | null;
+  mark?: ((n: number) => boolean) | null;
   selected?: number;
 }
 
@@ -43,6 +60,7 @@ export class TreeTable {
   private rows: Int32Array = new Int32Array(0);
   private depths: Int32Array = new Int32Array(0);
   private template = "";
+  private pool: PoolRow[] = [];
   lastRowsMs = 0;
 
   constructor(
@@ -112,7 +130,7 @@ export class TreeTable {
     const o = this.opts!;
     const t = o.tree;
     const col = o.columns.find((c) => c.id === o.sort);
-    const vals = col?.values;
+    const vals = col?.value;
     const signed = col?.signed;
     const labels = o.sort === "name" ? (i: number) => frameLabel(t.frames, t.frame[i]) : null;
     const rows: number[] = [];
@@ -125,14 +143,15 @@ export class TreeTable {
       rows.push(n);
       depths.push(d);
       if (!o.expanded.has(n)) continue;
-      let kids = Array.from(t.childIdx.subarray(t.childStart[n], t.childStart[n + 1]));
-      if (o.filter && n === o.root) kids = kids.filter((k) => o.filter![k]);
+      let kids = Array.from(t.children(n));
+      if (o.filter && n === o.root) kids = kids.filter((k) => o.filter!(k));
       if (labels) {
         const lab = new Map(kids.map((k) => [k, labels(k)]));
         kids.sort((a, b) => lab.get(a)!.localeCompare(lab.get(b)!));
       } else if (vals) {
-        if (signed) kids.sort((a, b) => Math.abs(vals[b]) - Math.abs(vals[a]) || a - b);
-        else kids.sort((a, b) => vals[b] - vals[a] || a - b);
+        const v = new Map(kids.map((k) => [k, vals(k)]));
+        if (signed) kids.sort((a, b) => Math.abs(v.get(b)!) - Math.abs(v.get(a)!) || a - b);
+        else kids.sort((a, b) => v.get(b)! - v.get(a)! || a - b);
       }
       for (let k = kids.length - 1; k >= 0; k--) {
         stack.push(kids[k]);
@@ -167,6 +186,7 @@ export class TreeTable {
     return this.rows.length;
   }
 
+  /** Fills the rows in view, reusing their elements (only text and classes change). */
   private paint(): void {
     const o = this.opts;
     if (!o) return;
@@ -175,46 +195,79 @@ export class TreeTable {
     const first = Math.max(0, Math.floor(this.viewport.scrollTop / ROW_H) - 5);
     const last = Math.min(this.rows.length, first + Math.ceil(vh / ROW_H) + 10);
     this.body.style.transform = `translateY(${first * ROW_H}px)`;
-    const frag = document.createDocumentFragment();
-    for (let r = first; r < last; r++) {
-      const n = this.rows[r];
-      const row = document.createElement("div");
-      row.className = "trow";
-      if (n === o.selected) row.classList.add("selected");
-      if (o.mark && o.mark[n]) row.classList.add("match");
-      row.dataset.node = String(n);
-      row.style.gridTemplateColumns = this.template;
-      const name = document.createElement("div");
-      name.className = "tname";
-      name.style.paddingLeft = `${4 + 14 * this.depths[r]}px`;
-      const caret = document.createElement("span");
-      const hasKids = t.childStart[n + 1] > t.childStart[n];
-      caret.className = "caret";
-      caret.textContent = hasKids ? (o.expanded.has(n) ? "▾" : "▸") : "";
-      const fr = t.frame[n];
-      const chip = document.createElement("span");
-      chip.className = "kind";
-      chip.style.background = kindColor(t.frames.kind[fr]);
-      chip.title = kindLabel(t.frames.kind[fr]);
-      const label = document.createElement("span");
-      label.className = "label";
-      label.textContent = frameLabel(t.frames, fr);
-      label.title = label.textContent + (t.frames.file[fr] ? `\n${t.frames.file[fr]}:${t.frames.line[fr]}` : "");
-      name.append(caret, chip, label);
-      row.appendChild(name);
-      for (const c of o.columns) {
-        const cell = document.createElement("div");
-        cell.className = "tnum";
-        const v = c.values[n];
-        if (c.total !== undefined) cell.textContent = formatPercent(v, c.total);
-        else {
-          cell.textContent = (c.signed && v > 0 ? "+" : "") + formatValue(v, c.unit);
-          if (c.signed && v !== 0) cell.classList.add(v > 0 ? "up" : "down");
-        }
-        row.appendChild(cell);
+    const need = last - first;
+    const ncols = o.columns.length;
+    while (this.pool.length < need) this.pool.push(this.makeRow());
+    for (let k = 0; k < this.pool.length; k++) {
+      const row = this.pool[k];
+      if (k >= need) {
+        if (row.el.parentNode) row.el.remove();
+        continue;
       }
-      frag.appendChild(row);
+      if (!row.el.parentNode || row.el.parentNode !== this.body) this.body.appendChild(row.el);
+      const r = first + k;
+      const n = this.rows[r];
+      const el = row.el;
+      el.dataset.node = String(n);
+      if (el.style.gridTemplateColumns !== this.template) el.style.gridTemplateColumns = this.template;
+      el.className = "trow" + (n === o.selected ? " selected" : "") + (o.mark && o.mark(n) ? " match" : "");
+      row.name.style.paddingLeft = `${4 + 14 * this.depths[r]}px`;
+      row.caret.textContent = t.hasChildren(n) ? (o.expanded.has(n) ? "▾" : "▸") : "";
+      const fr = t.frame[n];
+      const kind = t.frames.kind[fr];
+      if (row.chip.dataset.kind !== kind) {
+        row.chip.dataset.kind = kind;
+        row.chip.style.background = kindColor(kind);
+        row.chip.title = kindLabel(kind);
+      }
+      const text = frameLabel(t.frames, fr);
+      row.label.textContent = text;
+      row.label.title = text + (t.frames.file[fr] ? `\n${t.frames.file[fr]}:${t.frames.line[fr]}` : "");
+      while (row.cells.length < ncols) {
+        const c = document.createElement("div");
+        row.cells.push(c);
+      }
+      for (let c = 0; c < row.cells.length; c++) {
+        const cell = row.cells[c];
+        if (c >= ncols) {
+          if (cell.parentNode) cell.remove();
+          continue;
+        }
+        if (!cell.parentNode) el.appendChild(cell);
+        const col = o.columns[c];
+        const v = col.value(n);
+        let cls = "tnum";
+        if (col.total !== undefined) cell.textContent = formatPercent(v, col.total);
+        else {
+          cell.textContent = (col.signed && v > 0 ? "+" : "") + formatValue(v, col.unit);
+          if (col.signed && v !== 0) cls += v > 0 ? " up" : " down";
+        }
+        cell.className = cls;
+      }
     }
-    this.body.replaceChildren(frag);
   }
+
+  private makeRow(): PoolRow {
+    const el = document.createElement("div");
+    const name = document.createElement("div");
+    name.className = "tname";
+    const caret = document.createElement("span");
+    caret.className = "caret";
+    const chip = document.createElement("span");
+    chip.className = "kind";
+    const label = document.createElement("span");
+    label.className = "label";
+    name.append(caret, chip, label);
+    el.appendChild(name);
+    return { el, name, caret, chip, label, cells: [] };
+  }
+}
+
+interface PoolRow {
+  el: HTMLElement;
+  name: HTMLElement;
+  caret: HTMLElement;
+  chip: HTMLElement;
+  label: HTMLElement;
+  cells: HTMLElement[];
 }

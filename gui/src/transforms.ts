@@ -477,3 +477,114 @@ export function findByFramePath(t: Tree, keys: string[]): number {
   }
   return n;
 }
+
+/**
+ * The bottom-up (inverted) tree built lazily: a node's callers are computed when it is first
+ * expanded, so opening the view costs one pass over the nodes with exclusive values, not one
+ * pass per ancestor of each (the eager `bottomUp` above, kept as the reference in the tests).
+ * Each inverted node keeps (cursor, origin) pairs: origin is a node of `t` with exclusive value,
+ * cursor its ancestor at this depth of the inverted path.
+ */
+export class LazyBottomUp {
+  readonly frames: Frames;
+  readonly metrics: MetricInfo[];
+  readonly parent: number[] = [-1];
+  readonly frame: number[] = [0];
+  readonly inc: Record<string, number[]> = {};
+  readonly exc: Record<string, number[]> = {};
+  private kids: (number[] | null)[] = [null];
+  private cursors: (Int32Array | null)[] = [null];
+  private origins: (Int32Array | null)[] = [null];
+  private names: string[];
+
+  constructor(private t: Tree) {
+    this.frames = t.frames;
+    this.metrics = t.metrics;
+    this.names = names(t);
+    for (const m of this.names) {
+      this.inc[m] = [0];
+      this.exc[m] = [0];
+    }
+    const excs = this.names.map((m) => t.exc[m]);
+    const start: number[] = [];
+    for (let i = 1; i < t.n; i++) {
+      for (const e of excs)
+        if (e[i] !== 0) {
+          start.push(i);
+          break;
+        }
+    }
+    const s = Int32Array.from(start);
+    this.cursors[0] = s;
+    this.origins[0] = s;
+    this.expand(0, true);
+    for (const m of this.names) {
+      const isMax = MAX_METRICS.has(m);
+      const ex = t.exc[m];
+      let v = 0;
+      for (const o of s) v = isMax ? Math.max(v, ex[o]) : v + ex[o];
+      this.inc[m][0] = v;
+    }
+  }
+
+  get n(): number {
+    return this.parent.length;
+  }
+
+  private expand(node: number, first = false): number[] {
+    const t = this.t;
+    const cur = this.cursors[node]!;
+    const org = this.origins[node]!;
+    const groups = new Map<number, number[]>();
+    for (let k = 0; k < cur.length; k++) {
+      const c = first ? cur[k] : t.parent[cur[k]];
+      if (c <= 0) continue;
+      const f = t.frame[c];
+      let g = groups.get(f);
+      if (!g) groups.set(f, (g = []));
+      g.push(c, org[k]);
+    }
+    const kids: number[] = [];
+    for (const [f, g] of groups) {
+      const id = this.parent.length;
+      this.parent.push(node);
+      this.frame.push(f);
+      this.kids.push(null);
+      const c = new Int32Array(g.length / 2);
+      const o = new Int32Array(g.length / 2);
+      for (let k = 0; k < c.length; k++) {
+        c[k] = g[2 * k];
+        o[k] = g[2 * k + 1];
+      }
+      this.cursors.push(c);
+      this.origins.push(o);
+      for (const m of this.names) {
+        const isMax = MAX_METRICS.has(m);
+        const ex = t.exc[m];
+        let v = 0;
+        for (const x of o) v = isMax ? Math.max(v, ex[x]) : v + ex[x];
+        this.inc[m].push(v);
+        this.exc[m].push(first ? v : 0);
+      }
+      kids.push(id);
+    }
+    this.kids[node] = kids;
+    if (!first) {
+      this.cursors[node] = null;
+      this.origins[node] = null;
+    }
+    return kids;
+  }
+
+  children(node: number): number[] {
+    return this.kids[node] ?? this.expand(node);
+  }
+
+  hasChildren(node: number): boolean {
+    const k = this.kids[node];
+    if (k) return k.length > 0;
+    const cur = this.cursors[node]!;
+    for (let i = 0; i < cur.length; i++) if (this.t.parent[cur[i]] > 0) return true;
+    return false;
+  }
+}

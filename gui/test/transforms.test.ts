@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { tree, shape } from "./helpers";
-import { bottomUp, diff, fileTotals, flat, hideKinds, hotPath, lineMetrics, sandwich, search, topLevelMask } from "../src/transforms";
+import { LazyBottomUp, bottomUp, diff, fileTotals, flat, hideKinds, hotPath, lineMetrics, sandwich, search, topLevelMask } from "../src/transforms";
 import { excOf, findSpec, incOf, metricSpecs } from "../src/model";
 
 const sample = () =>
@@ -168,5 +168,33 @@ describe("hotPath", () => {
   it("follows the heaviest child", () => {
     const t = sample();
     expect(hotPath(t, t.inc.cpu_time).map((i) => t.frames.name[t.frame[i]])).toEqual(["main", "train", "matmul"]);
+  });
+});
+
+describe("LazyBottomUp", () => {
+  const lazyShape = (b: LazyBottomUp, n = 0): unknown => {
+    const label = b.frames.kind[b.frame[n]] === "python" ? b.frames.name[b.frame[n]] : `${b.frames.kind[b.frame[n]]}:${b.frames.name[b.frame[n]]}`;
+    const out: unknown[] = [label, b.inc.cpu_time[n], b.exc.cpu_time[n]];
+    const ks = b.children(n).map((c) => lazyShape(b, c)).sort((x, y) => String((x as unknown[])[0]).localeCompare(String((y as unknown[])[0])));
+    if (ks.length) out.push(ks);
+    return out;
+  };
+
+  it("expands to the same tree as the eager inversion", () => {
+    for (const t of [sample(), tree([["f", 1, [["f", 2]]]]), tree([["a", 1, [["b", 2, [["c", 3]]], ["c", 4, [["b", 5]]]]], ["b", 6]])]) {
+      const lazy = new LazyBottomUp(t);
+      expect(lazyShape(lazy)).toEqual(shape(bottomUp(t)));
+    }
+  });
+
+  it("computes callers only when a node is expanded", () => {
+    const lazy = new LazyBottomUp(sample());
+    const before = lazy.n;
+    expect(before).toBe(1 + 5); // root + one row per frame with exclusive time
+    const matmul = lazy.children(0).find((c) => lazy.frames.name[lazy.frame[c]] === "matmul")!;
+    expect(lazy.hasChildren(matmul)).toBe(true);
+    expect(lazy.n).toBe(before);
+    expect(lazy.children(matmul).length).toBe(2);
+    expect(lazy.n).toBe(before + 2);
   });
 });

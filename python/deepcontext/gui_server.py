@@ -15,7 +15,8 @@ API (all under /<token>/api/, `p` = 0 for the profile, 1 for the baseline):
 - frames?p=: {"kind": [...], "name": [...], "file": [...], "line": [...], "module": [...]}, one entry
   per frame, indexed by the dense frame index the node arrays use;
 - nodes?p=: binary, little-endian int32 parent[n] then int32 frame[n] (parent[0] = -1);
-- metrics?p=: binary, for each metric of info's order: float64 inclusive[n] then exclusive[n];
+- metrics?p=: binary, for each metric of info's order that is not "empty" (no value anywhere):
+  float64 inclusive[n] then exclusive[n];
 - source?p=&file=: {"file", "text"} for a file named by the profile;
 - findings: the analyzer's findings for the profile (empty when the analyzer is not installed);
 - diff?metric=: the ranked path differences (deepcontext.diff.diff_profiles, baseline -> profile).
@@ -65,6 +66,14 @@ class ProfileData:
         self.frame_index = {fid: i for i, fid in enumerate(fids)}
         self.files = {f.file for f in profile.frames.values() if f.file}
         self._findings: dict | None = None
+        values = getattr(profile, "_values", None)
+        # metrics with no value anywhere (e.g. hardware counters the kernel refused) are not sent
+        self.empty_metrics = {
+            m
+            for m in profile.metrics
+            if isinstance(values, dict)
+            and not any(v[4] or v[0] for v in values.get(m, {}).values())
+        }
 
     def info(self) -> dict:
         p = self.profile
@@ -73,7 +82,12 @@ class ProfileData:
             "meta": p.meta,
             "notes": _notes(p),
             "metrics": [
-                {"name": m.name, "unit": m.unit, "description": m.description}
+                {
+                    "name": m.name,
+                    "unit": m.unit,
+                    "description": m.description,
+                    "empty": m.name in self.empty_metrics,
+                }
                 for m in p.metrics.values()
             ],
             "nodes": len(p),
@@ -122,6 +136,8 @@ class ProfileData:
                 n = len(p)
                 parts = []
                 for name in p.metrics:
+                    if name in self.empty_metrics:
+                        continue
                     inc = array("d", bytes(8 * n))
                     exc = array("d", bytes(8 * n))
                     values = getattr(p, "_values", None)
@@ -270,6 +286,10 @@ class GuiServer:
             raise UserError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror})") from None
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        for d in self.data:  # build the payloads now, so the browser's first load waits for none
+            d.frames_json()
+            d.nodes_bin()
+            d.metrics_bin()
 
     @property
     def port(self) -> int:

@@ -47,5 +47,9 @@ def profiles(tmp_path_factory):
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "deepcontext", *args], env=_env(), capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "deepcontext", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )

@@ -4,7 +4,6 @@ that causes it, and stays silent on the fixed version of the same program."""
 from __future__ import annotations
 
 import pytest
-
 from deepcontext import load
 from deepcontext.analyzer import analyze
 
@@ -21,7 +20,7 @@ def _line_of(program: str, text: str) -> int:
     from conftest import PROGRAMS
 
     for i, line in enumerate((PROGRAMS / f"{program}.py").read_text().splitlines(), 1):
-        if text in line:
+        if line.strip().startswith(text):
             return i
     raise AssertionError(f"{text!r} not in {program}.py")
 
@@ -66,6 +65,8 @@ def test_index_backward_evidence(profiles):
 def test_thread_oversubscription(profiles):
     before = load(profiles("threads"))
     if "torch_num_threads" not in before.meta or "cpu_count" not in before.meta:
-        pytest.skip("profile metadata lacks torch_num_threads / cpu_count (recorded by the torch layer)")
+        pytest.skip(
+            "profile metadata lacks torch_num_threads / cpu_count (recorded by the torch layer)"
+        )
     assert analyze(before).by_rule("thread-oversubscription")
     assert not analyze(profiles("threads", fixed=True)).by_rule("thread-oversubscription")

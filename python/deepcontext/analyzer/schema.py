@@ -24,11 +24,17 @@ FINDING = {
         "rule": {**_STR, "description": "rule id, e.g. index-backward"},
         "title": _STR,
         "summary": {**_STR, "description": "one line: what was found, where, how much"},
-        "metric": {**_STR, "description": "the metric time, share and saving are in (gpu_time, op_time, ...)"},
+        "metric": {
+            **_STR,
+            "description": "the metric time, share and saving are in (gpu_time, op_time, ...)",
+        },
         "time": {**_NUM, "description": "time of the problem region, in the metric's unit (ns)"},
         "share": {**_NUM, "description": "time / total of the metric over the profile (0..1)"},
         "saving": {**_NUM, "description": "estimated saving, in the metric's unit"},
-        "saving_share": {**_NUM, "description": "saving / total of the metric (0..1); the ranking key"},
+        "saving_share": {
+            **_NUM,
+            "description": "saving / total of the metric (0..1); the ranking key",
+        },
         "estimate": {**_STR, "description": "how the saving was estimated"},
         "suggestion": {**_STR, "description": "the code change to make"},
         "location": {
@@ -36,7 +42,11 @@ FINDING = {
             "required": ["node", "path", "source", "module", "operators", "kernels"],
             "properties": {
                 "node": {"type": ["integer", "null"], "description": "node id in the profile"},
-                "path": {"type": "array", "items": _STR, "description": "frame labels root -> node"},
+                "path": {
+                    "type": "array",
+                    "items": _STR,
+                    "description": "frame labels root -> node",
+                },
                 "source": {
                     "type": ["object", "null"],
                     "required": ["file", "line", "function"],
@@ -54,7 +64,10 @@ FINDING = {
                 },
             },
         },
-        "evidence": {"type": "object", "description": "rule-specific metric values that triggered it"},
+        "evidence": {
+            "type": "object",
+            "description": "rule-specific metric values that triggered it",
+        },
         "nodes": {"type": "array", "items": {"type": "integer"}},
     },
 }

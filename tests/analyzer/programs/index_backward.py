@@ -13,7 +13,9 @@ class Lookup(torch.nn.Module):
         super().__init__()
         self.table = torch.nn.Parameter(torch.randn(rows, dim) * 0.01)
         self.fixed = fixed
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+        )
 
     def forward(self, idx):
         if self.fixed:

@@ -70,9 +70,16 @@ def check(q: Query):
             continue
         inner = [d for n in nodes for d in q.descendants(n, kind="python")]
         in_process = any(FETCH_FILE.search(q.frame(d).file) for d in inner)
-        waits = [d for d in inner if WAIT_FILE.search(q.frame(d).file) and WAIT_FUNC.search(q.frame(d).name)]
+        waits = [
+            d
+            for d in inner
+            if WAIT_FILE.search(q.frame(d).file) and WAIT_FUNC.search(q.frame(d).name)
+        ]
         wait_t = sum(q.inc(d, m) for d in outermost(q, waits))
-        ipc_t = sum(q.inc(d, m) for d in outermost(q, [d for d in inner if IPC_FILE.search(q.frame(d).file)]))
+        ipc_t = sum(
+            q.inc(d, m)
+            for d in outermost(q, [d for d in inner if IPC_FILE.search(q.frame(d).file)])
+        )
         if in_process:
             cause, basis, suggestion = "loading in the main process", load, SUGGEST_WORKERS
         elif wait_t >= ipc_t:

@@ -22,7 +22,7 @@ FUSED_FRACTION = 0.25
 @rule("small-kernels", "Many small kernels from one source line: fuse them", needs=("gpu_time",))
 def small_kernels(q: Query):
     kernels = q.nodes_of_kind("kernel")
-    idle_m = "gpu_idle" if q.has("gpu_idle") else None
+    idle_m = "gpu_idle_time" if q.has("gpu_idle_time") else None
     sites = by_line(q, kernels)
     total = q.total("gpu_time") + (q.total(idle_m) if idle_m else 0.0)
     for site in sites:
@@ -95,11 +95,11 @@ def _pageable(q: Query, n: int) -> bool:
     return bool(PAGEABLE.search(q.name(n)))
 
 
-@rule("pageable-memcpy", "Pageable host-to-device copies", needs=("gpu_time",))
+@rule("pageable-memcpy", "Pageable host-to-device copies", needs=("memcpy_time",))
 def pageable_memcpy(q: Query):
     copies = [n for n in q.nodes_of_kind("memcpy") if HTOD.search(q.name(n)) and _pageable(q, n)]
     for site in by_line(q, copies):
-        t = sum(q.inc(n, "gpu_time") for n in site.nodes)
+        t = sum(q.inc(n, "memcpy_time") for n in site.nodes)
         if q.share(t, "gpu_time") < 0.01:
             continue
         nbytes = sum(q.inc(n, "memcpy_bytes") for n in site.nodes)
@@ -119,7 +119,7 @@ def pageable_memcpy(q: Query):
             evidence={
                 "copy_time": t,
                 "bytes": nbytes or None,
-                "copies": sum(q.count(n, "gpu_time") for n in site.nodes),
+                "copies": sum(q.count(n, "memcpy_time") for n in site.nodes),
             },
             node=site.nodes[0],
             nodes=site.nodes,
@@ -132,25 +132,42 @@ ALLOC_API = re.compile(
 MIN_ALLOC_CALLS = 20
 
 
+def _api_calls(q: Query, n: int) -> int:
+    """Calls of a GPU API node: its `api_calls` metric when the GPU layer records one, else the
+    number of host samples that landed in it (a lower bound)."""
+    v = q.values("api_calls").get(n)
+    if v:
+        return int(v[0])
+    return max(q.count(n, "wall_time"), q.count(n, "cpu_time"))
+
+
+def _api_time(q: Query, n: int) -> tuple[str, float]:
+    for m in ("api_time", "wall_time", "cpu_time"):
+        if q.has(m):
+            return m, q.inc(n, m)
+    return "gpu_time", 0.0
+
+
 @rule("allocator-churn", "Device malloc/free inside the step", needs=("gpu_time",))
 def allocator_churn(q: Query):
     apis = [n for n in q.nodes_of_kind("gpu_api") if ALLOC_API.match(q.name(n))]
-    time_m = next((m for m in ("api_time", "wall_time", "cpu_time") if q.has(m)), None)
     for site in by_line(q, apis):
-        calls = sum(
-            max(q.count(n, time_m) if time_m else 0, q.count(n, "api_count"), 1) for n in site.nodes
-        )
+        calls = sum(_api_calls(q, n) for n in site.nodes)
         if calls < MIN_ALLOC_CALLS:
             continue
-        t = sum(q.inc(n, time_m) for n in site.nodes) if time_m else 0.0
+        time_m = _api_time(q, site.nodes[0])[0]
+        t = sum(_api_time(q, n)[1] for n in site.nodes)
         yield Finding(
-            summary=f"{calls} device malloc/free calls at {q.source_label(site.nodes[0])}, {fmt_ns(t)} in the API",
+            summary=(
+                f"{calls} device malloc/free calls at {q.source_label(site.nodes[0])}, "
+                f"{fmt_ns(t)} in the API"
+            ),
             suggestion=(
                 "Let the caching allocator reuse memory: do not call `torch.cuda.empty_cache()` in the "
                 "loop, keep shapes static (pad variable-length batches to a few bucket sizes), and set "
                 "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against fragmentation."
             ),
-            metric=time_m or "gpu_time",
+            metric=time_m,
             time=t,
             saving=t,
             estimate="the time spent in the allocation API calls (cudaFree also synchronizes the device)",

@@ -76,8 +76,11 @@ def check(q: Query):
         wait = cost = 0.0
         kinds: dict[str, int] = {}
         for n in site.nodes:
-            inner = [d for d in q.subtree(n) if d in op_set]
-            c = sum(_calls(q, d) for d in inner) or _calls(q, n)
+            # .item() -> _local_scalar_dense -> cudaStreamSynchronize is one synchronization:
+            # count each outermost one by the largest call count along its chain.
+            inner = outermost(q, [d for d in q.subtree(n) if d in op_set])
+            c = sum(max(_calls(q, d) for d in q.subtree(o) if d in op_set) for o in inner)
+            c = c or _calls(q, n)
             # an .item() inside print(tensor) counts as the print
             label = _label(q, n)
             kinds[label] = kinds.get(label, 0) + c

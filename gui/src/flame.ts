@@ -61,7 +61,7 @@ export class FlameGraph {
     const o = this.opts;
     if (!o) return 0;
     const width = Math.max(200, this.host.clientWidth);
-    this.layout = layoutFlame(o.tree, o.values, o.focus, width, 0.5);
+    this.layout = layoutFlame(o.tree, o.values, o.focus, width, 1);
     const h = (this.layout.maxDepth + 1) * ROW + 2;
     const dpr = window.devicePixelRatio || 1;
     const cw = Math.floor(width * dpr);
@@ -120,7 +120,7 @@ export class FlameGraph {
     ctx.fillStyle = "#111";
     for (let i = 0; i < l.count; i++) {
       const w = l.w[i] * W;
-      if (w <= 24) continue;
+      if (w <= 30) continue;
       const n = l.node[i];
       const fit = Math.floor((w - 6) / this.charW);
       if (fit < 2) continue;

@@ -474,7 +474,7 @@ class App {
     ];
     for (const m of tree.metrics) {
       const arr = tree.inc[m.name];
-      if (m.name === spec.num || !arr) continue;
+      if (m.name === spec.num || !arr || !(arr[0] > 0)) continue; // no empty columns
       cols.push({ id: `inc:${m.name}`, label: m.name, value: (n) => arr[n], unit: m.unit, title: `${m.name} (${m.unit}), inclusive: ${m.description}` });
     }
     return cols;
@@ -671,7 +671,7 @@ class App {
     const unit = this.unitOf(spec.num);
     const tc = cur[0];
     const tb = base[0];
-    sub.appendChild(el("span", "legend", `${spec.num}: ${formatValue(tc, unit)} now vs ${formatValue(tb, unit)} in the baseline (${tc - tb >= 0 ? "+" : ""}${formatValue(tc - tb, unit)}, ${tb > 0 ? ((100 * (tc - tb)) / tb).toFixed(1) + "%" : "new"}). Red grew, blue shrank; widths are the current profile.`));
+    sub.appendChild(el("span", "legend", `${spec.num}: ${formatValue(tc, unit)} now vs ${formatValue(tb, unit)} in the baseline (${tc - tb >= 0 ? "+" : ""}${formatValue(tc - tb, unit)}, ${tb > 0 ? ((100 * (tc - tb)) / tb).toFixed(1) + "%" : "new"}). Red grew, blue shrank (relative to the larger value); box widths are the larger of the two.`));
     this.crumbs(sub, tree, focus, d.toOrig);
     if (!pane.childElementCount) {
       const changes = el("div", "changes");
@@ -753,7 +753,7 @@ class App {
     }
     const tbl = el("table");
     const head = el("tr");
-    for (const h of ["largest changes by exclusive value (deepcontext.diff)", "status", "baseline", "now", "change"]) head.appendChild(el("th", "", h));
+    for (const h of ["largest changes by exclusive value (deepcontext.diff)", "status", "baseline (excl)", "now (excl)", "change (excl)", "change (incl)"]) head.appendChild(el("th", "", h));
     tbl.appendChild(head);
     for (const e of list.entries.slice(0, 30)) {
       const tr = el("tr");
@@ -767,7 +767,16 @@ class App {
         }
       });
       const dlt = e.exclusive - e.base_exclusive;
-      tr.append(p, el("td", "", e.status), el("td", "", formatValue(e.base_exclusive, unit)), el("td", "", formatValue(e.exclusive, unit)), el("td", dlt > 0 ? "up" : "down", `${dlt > 0 ? "+" : ""}${formatValue(dlt, unit)}`));
+      const dli = e.inclusive - e.base_inclusive;
+      const sign = (v: number) => (v > 0 ? "up" : v < 0 ? "down" : "");
+      tr.append(
+        p,
+        el("td", "", e.status),
+        el("td", "", formatValue(e.base_exclusive, unit)),
+        el("td", "", formatValue(e.exclusive, unit)),
+        el("td", sign(dlt), `${dlt > 0 ? "+" : ""}${formatValue(dlt, unit)}`),
+        el("td", sign(dli), `${dli > 0 ? "+" : ""}${formatValue(dli, unit)}`),
+      );
       tbl.appendChild(tr);
     }
     host.appendChild(tbl);
@@ -868,7 +877,7 @@ class App {
     for (const h of heads) hdr.appendChild(el("th", "", h));
     tbl.appendChild(hdr);
     for (const s of this.specs) {
-      if (!tree.inc[s.num]) continue;
+      if (!tree.inc[s.num] || !(tree.inc[s.num][0] > 0 || (tree.base?.inc[s.num]?.[0] ?? 0) > 0)) continue;
       const tr = el("tr");
       const inc = val(tree, s, "inc", node);
       const total = tree.base ? val(tree, s, "inc", 0) : widthOf(this.filtered().tree, s)[0];

@@ -70,3 +70,25 @@ def test_thread_oversubscription(profiles):
         )
     assert analyze(before).by_rule("thread-oversubscription")
     assert not analyze(profiles("threads", fixed=True)).by_rule("thread-oversubscription")
+
+
+def test_docs_custom_rule_example(profiles, tmp_path):
+    """The worked example of docs/analyzer.md, run as a rules file on a real profiled program."""
+    from conftest import REPO, run_cli
+
+    text = (REPO / "docs" / "analyzer.md").read_text()
+    start = text.index("```python\n# my_rules.py") + len("```python\n")
+    code = text[start : text.index("```", start)]
+    rules = tmp_path / "my_rules.py"
+    rules.write_text(code)
+    r = run_cli(
+        "analyze",
+        str(profiles("softmax_log")),
+        "--rules-file",
+        str(rules),
+        "--rule",
+        "softmax-then-log",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "[softmax-then-log]" in r.stdout
+    assert f"softmax_log.py:{_line_of('softmax_log', 'logp = torch.log(')}" in r.stdout

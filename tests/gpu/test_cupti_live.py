@@ -36,7 +36,7 @@ def run(tmp_path, code: str, *opts: str):
 
 
 def under(node, name):
-    return any(f.name == name for f in node.path)
+    return any(f.name == name for f in node.path())
 
 
 def test_kernels_are_under_the_launching_line_and_operator(tmp_path):

@@ -290,12 +290,18 @@ void Processor::memset(const dctx_gpu_activity &r) {
   device(r.device);
 }
 
-void Processor::sweep_idle() {
+// Buffers arrive out of order (a flush can deliver older kernels after newer ones), so kernel
+// intervals wait in a window sorted by start; only the older half of a full window is swept, the
+// rest at finish. The window bounds memory; a record older than what was swept only extends the
+// busy time.
+void Processor::sweep_idle(bool all) {
   for (auto &[ordinal, dev] : devices_) {
-    if (dev.pending.empty()) continue;
+    if (dev.pending.empty() || (!all && dev.pending.size() < kIdleWindow)) continue;
     std::sort(dev.pending.begin(), dev.pending.end(),
               [](const Interval &a, const Interval &b) { return a.start < b.start; });
-    for (const Interval &k : dev.pending) {
+    const size_t n = all ? dev.pending.size() : dev.pending.size() / 2;
+    for (size_t i = 0; i < n; ++i) {
+      const Interval &k = dev.pending[i];
       if (dev.busy_until != 0 && k.start > dev.busy_until) {
         const double gap = static_cast<double>(k.start - dev.busy_until);
         dctx_add(k.node, m_idle_, gap);
@@ -303,7 +309,7 @@ void Processor::sweep_idle() {
       }
       dev.busy_until = std::max(dev.busy_until, k.end);
     }
-    dev.pending.clear();
+    dev.pending.erase(dev.pending.begin(), dev.pending.begin() + static_cast<long>(n));
   }
 }
 
@@ -317,7 +323,7 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
       default: break;
     }
   }
-  sweep_idle();
+  sweep_idle(false);
 }
 
 void Processor::add_dropped(uint64_t count) {
@@ -347,7 +353,7 @@ void Processor::publish_devices() {
 
 void Processor::finish(bool final) {
   std::lock_guard lock(mutex_);
-  sweep_idle();
+  sweep_idle(true);
   publish_devices();
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
   const ProcessorStats &s = stats_;

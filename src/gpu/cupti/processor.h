@@ -124,7 +124,8 @@ class Processor {
   DeviceState &device(uint32_t ordinal);
   uint32_t kernel_frame(const char *mangled);
   uint32_t named_frame(dctx_frame_kind kind, const std::string &name);
-  void sweep_idle();
+  void sweep_idle(bool all);
+  static constexpr size_t kIdleWindow = size_t{1} << 16;
   void publish_devices();
 
   DeviceQuery query_;

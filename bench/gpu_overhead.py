@@ -1,0 +1,283 @@
+"""GPU overhead and accuracy of deepcontext against torch.profiler, side by side in one run.
+
+Three training workloads (TransformerEncoder 6x512, ResNet-18, a DLRM-like model whose 8 embedding
+tables are read through aten::index), each in three configurations, every (workload, configuration,
+repeat) its own process: no profiler, torch.profiler (CPU+CUDA activities), deepcontext (session
+started just before the measured steps, the same window torch.profiler records). Reports the median
+step time and peak RSS as ratios to the unprofiled run, deepcontext's total gpu_time against
+torch.profiler's kernel total over the same steps, the share of kernel time under a user source line
+and an aten operator, the share of backward kernel time placed under the forward operator's path,
+and deepcontext's peak RSS for 10x the steps.
+
+    python bench/gpu_overhead.py [--steps 60] [--runs 2] [--long-steps 600] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = ("transformer", "resnet18", "dlrm")
+MODES = ("baseline", "torch.profiler", "deepcontext")
+WARMUP = 10
+
+
+# --------------------------------------------------------------------------------------------
+# Workloads (run in the child)
+# --------------------------------------------------------------------------------------------
+
+
+def build(name: str):
+    import torch
+    import torch.nn.functional as F
+
+    dev = "cuda"
+    torch.manual_seed(0)
+    if name == "transformer":
+        layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, 6).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(32, 256, 512, device=dev)
+        target = torch.randn(32, 256, 512, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+    elif name == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=1000).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(64, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (64,), device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+    elif name == "dlrm":
+        tables = [torch.nn.Parameter(torch.randn(200_000, 64, device=dev) * 0.01) for _ in range(8)]
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(8 * 64 + 13, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 1),
+        ).to(dev)
+        opt = torch.optim.SGD([*tables, *mlp.parameters()], lr=0.01)
+        batch = 8192
+        idx = [torch.randint(0, 200_000, (batch,), device=dev) for _ in range(8)]
+        dense = torch.randn(batch, 13, device=dev)
+        label = torch.rand(batch, 1, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            emb = [t[i] for t, i in zip(tables, idx, strict=True)]  # aten::index
+            logits = mlp(torch.cat([dense, *emb], dim=1))
+            loss = F.binary_cross_entropy_with_logits(logits, label)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+    else:
+        raise SystemExit(f"unknown workload {name}")
+    return step
+
+
+def torch_kernel_ns(prof) -> float:
+    """Kernel time (ns) of a finished torch.profiler, copies and memsets excluded."""
+    from torch.autograd import DeviceType
+
+    total = 0.0
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != DeviceType.CUDA:
+            continue
+        name = e.name()
+        if name.startswith(("Memcpy", "Memset")):
+            continue
+        total += e.duration_ns()
+    return total
+
+
+def attribution(path: str, user_file: str) -> dict:
+    from deepcontext import profile
+
+    prof = profile.load(path)
+    total = prof.total("gpu_time") if "gpu_time" in prof.metrics else 0.0
+    line_and_op = backward = backward_placed = 0.0
+    for n in prof.nodes():
+        if n.frame.kind != "kernel":
+            continue
+        t = n.exclusive("gpu_time")
+        frames = n.path()
+        user = any(f.kind == "python" and f.file == user_file for f in frames)
+        op = any(f.kind == "operator" and f.name.startswith("aten::") for f in frames)
+        if user and op:
+            line_and_op += t
+        on_autograd_thread = frames and frames[0].kind == "thread"
+        under_backward = any(f.kind == "backward" for f in frames)
+        if on_autograd_thread or under_backward:
+            backward += t
+            if under_backward and user:
+                backward_placed += t
+    stats = json.loads(prof.meta.get("gpu_stats", "{}"))
+    return {
+        "gpu_time_ns": total,
+        "under_line_and_op": line_and_op / total if total else 0.0,
+        "backward_under_forward": backward_placed / backward if backward else 0.0,
+        "gpu_stats": stats,
+        "nodes": len(prof),
+        "notes": prof.notes,
+    }
+
+
+def child(args) -> int:
+    import torch
+
+    step = build(args.workload)
+    for _ in range(WARMUP):
+        step()
+    torch.cuda.synchronize()
+    times: list[float] = []
+    result: dict = {}
+
+    def measured():
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            step()  # ends with loss.item(): the step's GPU work is done
+            times.append(time.perf_counter() - t0)
+
+    if args.mode == "baseline":
+        measured()
+    elif args.mode == "torch.profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            measured()
+        result["kernel_ns"] = torch_kernel_ns(p)
+    else:
+        from deepcontext import session
+
+        session.start(args.output)
+        measured()
+        session.stop()
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["median_step_s"] = statistics.median(times)
+    result["total_s"] = sum(times)
+    if args.mode == "deepcontext":
+        result["profile_mb"] = os.path.getsize(args.output) / 2**20
+        result.update(attribution(args.output, os.path.abspath(__file__)))
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestration (parent)
+# --------------------------------------------------------------------------------------------
+
+
+def run_child(workload: str, mode: str, steps: int, tmp: str) -> dict:
+    out = os.path.join(tmp, f"{workload}-{mode}-{steps}-{time.monotonic_ns()}.dctx")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, "--mode", mode]
+    cmd += ["--steps", str(steps), "--output", out]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    for line in res.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{workload}/{mode} failed:\n{res.stderr[-3000:]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--long-steps", type=int, default=600, help="0: skip the long-run RSS check")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--output", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        args.workload = args.child
+        return child(args)
+
+    import torch
+
+    results: dict = {
+        "machine": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "steps": args.steps,
+        "runs": args.runs,
+        "workloads": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in args.workloads.split(","):
+            runs: dict[str, list] = {m: [] for m in MODES}
+            for _ in range(args.runs):
+                for m in MODES:  # interleaved, so drift hits every configuration alike
+                    runs[m].append(run_child(w, m, args.steps, tmp))
+            if args.long_steps:
+                runs["deepcontext-long"] = [run_child(w, "deepcontext", args.long_steps, tmp)]
+            results["workloads"][w] = runs
+            print(summary_row(w, runs), flush=True)
+    table = summary_table(results)
+    print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+def _med(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def summary_row(w: str, runs: dict) -> str:
+    base = _med(runs["baseline"], "median_step_s")
+    tp = _med(runs["torch.profiler"], "median_step_s") / base
+    dc = _med(runs["deepcontext"], "median_step_s") / base
+    return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x"
+
+
+def summary_table(results: dict) -> str:
+    head = (
+        "| workload | base step ms | torch.profiler | deepcontext | RSS +MB torch.profiler | "
+        f"RSS +MB deepcontext | RSS +MB deepcontext {results['steps']}->long | gpu_time / "
+        "torch.profiler kernels | under line+aten | backward under forward |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
+    rows = [head]
+    for w, runs in results["workloads"].items():
+        base = _med(runs["baseline"], "median_step_s")
+        rss0 = _med(runs["baseline"], "peak_rss_mb")
+        tp, dc = runs["torch.profiler"], runs["deepcontext"]
+        long = runs.get("deepcontext-long")
+        growth = f"{long[0]['peak_rss_mb'] - _med(dc, 'peak_rss_mb'):+.0f}" if long else "-"
+        ratio = _med(dc, "gpu_time_ns") / _med(tp, "kernel_ns")
+        rows.append(
+            f"| {w} | {base * 1e3:.2f} | {_med(tp, 'median_step_s') / base:.3f}x | "
+            f"{_med(dc, 'median_step_s') / base:.3f}x | {_med(tp, 'peak_rss_mb') - rss0:+.0f} | "
+            f"{_med(dc, 'peak_rss_mb') - rss0:+.0f} | {growth} | {ratio:.4f} | "
+            f"{_med(dc, 'under_line_and_op') * 100:.2f}% | "
+            f"{_med(dc, 'backward_under_forward') * 100:.2f}% |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

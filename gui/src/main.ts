@@ -422,12 +422,13 @@ class App {
     const r = this.searchOn(tree, values);
     this.searchSummary(sub, r, values[focus], spec.unit);
     const f = tree.frames;
+    const colors = this.memo(`colors:${this.hiddenKey()}`, () => new Array<string>(f.kind.length));
     this.flame.set({
       tree,
       values,
       focus,
       orientation: this.state.flame,
-      color: (n) => frameColor(f.kind[tree.frame[n]], f.name[tree.frame[n]]),
+      color: (n) => colors[tree.frame[n]] ?? (colors[tree.frame[n]] = frameColor(f.kind[tree.frame[n]], f.name[tree.frame[n]])),
       dim: r ? r.match : null,
     });
     if (!this.selected || this.selected.tree !== tree) this.selected = { tree, node: focus, toOrig };

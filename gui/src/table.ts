@@ -109,6 +109,7 @@ export class TreeTable {
     this.template = `minmax(240px, 1fr) ${opts.columns.map(() => "110px").join(" ")}`;
     this.head.replaceChildren();
     this.head.style.gridTemplateColumns = this.template;
+    this.el.style.setProperty("--cols", this.template);
     const mk = (id: string, label: string, title?: string) => {
       const h = document.createElement("div");
       h.className = "th" + (opts.sort === id ? " sorted" : "");
@@ -209,7 +210,6 @@ export class TreeTable {
       const n = this.rows[r];
       const el = row.el;
       el.dataset.node = String(n);
-      if (el.style.gridTemplateColumns !== this.template) el.style.gridTemplateColumns = this.template;
       el.className = "trow" + (n === o.selected ? " selected" : "") + (o.mark && o.mark(n) ? " match" : "");
       row.name.style.paddingLeft = `${4 + 14 * this.depths[r]}px`;
       row.caret.textContent = t.hasChildren(n) ? (o.expanded.has(n) ? "▾" : "▸") : "";

@@ -11,6 +11,7 @@ import json
 import os
 
 import numpy as np
+from deepcontext.render import _inclusive
 from deepcontext.writer import KIND_IDS, write_tables
 
 KINDS = [KIND_IDS["python"], KIND_IDS["operator"], KIND_IDS["native"], KIND_IDS["kernel"]]
@@ -48,15 +49,13 @@ def write_rank(path, rank, parent, frame, strings, frames, straggler, hot):
     n = len(parent)
     leafish = rng.random(n) < 0.7
     leafish[0] = False
-    cpu = np.where(leafish, rng.gamma(2.0, 5e5, n), 0.0)
+    cpu = np.where(leafish, np.round(rng.gamma(2.0, 5e5, n)), 0.0)
     if rank == straggler:
         cpu[hot] += 2e9
     samples = np.where(cpu > 0, np.maximum(1, (cpu / 1e6).astype(np.int64)), 0)
     rows = []
-    for mid, exc, cnt in ((1, cpu, samples), (2, cpu * 1.05, samples), (3, samples * 1.0, samples)):
-        inc = exc.copy()
-        for i in range(n - 1, 0, -1):
-            inc[parent[i]] += inc[i]
+    for mid, exc, cnt in ((1, cpu, samples), (2, np.round(cpu * 1.05), samples), (3, samples * 1.0, samples)):
+        inc = _inclusive(parent, exc)
         has = inc > 0
         ids = np.nonzero(has)[0]
         c = cnt[ids]
@@ -67,8 +66,8 @@ def write_rank(path, rank, parent, frame, strings, frames, straggler, hot):
                 [mid] * len(ids),
                 e.tolist(),
                 c.tolist(),
-                np.where(c > 0, e / np.maximum(c, 1) * 0.5, 0).tolist(),
-                np.where(c > 0, e / np.maximum(c, 1) * 2, 0).tolist(),
+                np.where(c > 0, np.floor(e / np.maximum(c, 1) * 0.5), 0).tolist(),
+                np.where(c > 0, np.ceil(e / np.maximum(c, 1) * 2), 0).tolist(),
                 inc[ids].tolist(),
                 strict=True,
             )

@@ -68,6 +68,7 @@ def write_tables(
     try:
         con.execute("PRAGMA journal_mode=OFF")
         con.execute("PRAGMA synchronous=OFF")
+        con.execute("PRAGMA cache_size=-131072")
         con.execute(f"PRAGMA application_id={APPLICATION_ID}")
         con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
         con.executescript(SCHEMA)

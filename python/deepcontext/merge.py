@@ -1,0 +1,507 @@
+"""Merging per-process profiles of one job (data-loader workers, distributed ranks) into one.
+
+Nodes are matched by call path. For each metric M the merged profile holds M itself (sums over
+the inputs; count, min and max over all their events) and five statistics across the inputs, as
+metrics of their own: `M:mean`, `M:min`, `M:max`, `M:std` (population) and `M:imbalance`
+(max / mean). Each statistic row carries the statistic of the inputs' exclusive values in `sum`
+and of their inclusive values in `inc`; an input without the node counts as 0. The inputs'
+metadata is kept in the `merged_inputs` meta key (docs/interop.md).
+
+Speed: worker processes read the inputs (SQLite columns fetched as text and parsed by numpy,
+path hashes computed level by level), the main process matches paths by hash with a sorted-array
+index, checks every match against the stored (parent, frame) so a hash collision cannot merge two
+different paths, and accumulates the statistics as dense numpy vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UserError
+from .profile import ProfileError, _open
+from .writer import write_tables
+
+STATS = ("mean", "min", "max", "std", "imbalance")
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer on uint64 arrays."""
+    h = h ^ (h >> np.uint64(30))
+    h = h * np.uint64(0xBF58476D1CE4E5B9)
+    h = h ^ (h >> np.uint64(27))
+    h = h * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def _ints(con: sqlite3.Connection, sql: str) -> np.ndarray:
+    text = con.execute(sql).fetchone()[0]
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    return np.array(text.split(","), dtype=np.int64)
+
+
+def _reals(con: sqlite3.Connection, column: str, where: str) -> np.ndarray:
+    """A REAL column, exactly: as integers in text when every value is integral (measured ns,
+    bytes and counts are), else through Python floats."""
+    inexact = con.execute(
+        f"SELECT count(*) FROM node_metrics WHERE {where} AND "
+        f"({column} != CAST({column} AS INTEGER) OR abs({column}) > 9.0e15)"
+    ).fetchone()[0]
+    if not inexact:
+        return _ints(
+            con, f"SELECT group_concat(CAST({column} AS INTEGER)) FROM node_metrics WHERE {where}"
+        ).astype(np.float64)
+    rows = con.execute(f"SELECT {column} FROM node_metrics WHERE {where}")
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64)
+
+
+@dataclass
+class Input:
+    """One input profile, read into arrays by a worker process."""
+
+    path: str
+    meta: dict
+    frames: list[tuple]  # (kind, name, file, line, module) per local frame index
+    parent: np.ndarray  # per local node
+    frame: np.ndarray  # local frame index per node
+    hash: np.ndarray  # uint64 path hash per node
+    metrics: list[tuple[str, str, str]]  # (name, unit, description) per local metric index
+    rows: dict[int, tuple]  # metric index -> (node, sum, count, min, max) arrays, count > 0
+    inclusive: dict[int, np.ndarray]  # metric index -> inclusive value per node
+    props: list[tuple[int, str, str]]
+
+
+def read_input(path: str) -> Input:
+    con = _open(path)
+    try:
+        return _read(con, path)
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{path}: corrupt profile ({e})") from None
+    finally:
+        con.close()
+
+
+def _read(con: sqlite3.Connection, path: str) -> Input:
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    strings = dict(con.execute("SELECT id, s FROM strings"))
+    strings.setdefault(0, "")
+    frame_rows = con.execute("SELECT id, kind, name, file, line, module FROM frames").fetchall()
+    top = max([r[0] for r in frame_rows] + [0]) + 1
+    local = np.full(top, -1, dtype=np.int64)
+    frames: list[tuple] = [(0, "", "", 0, "")]
+    local[0] = 0
+    for fid, kind, name, file, line, module in frame_rows:
+        if fid == 0:
+            continue
+        local[fid] = len(frames)
+        frames.append(
+            (kind, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, ""))
+        )
+    fhash = np.array(
+        [
+            int.from_bytes(hashlib.blake2b(repr(f).encode(), digest_size=8).digest(), "little")
+            for f in frames
+        ],
+        dtype=np.uint64,
+    )
+    ids = _ints(con, "SELECT group_concat(id) FROM nodes")
+    par = _ints(con, "SELECT group_concat(parent) FROM nodes")
+    fr = _ints(con, "SELECT group_concat(frame) FROM nodes")
+    n = int(ids.max()) + 1 if len(ids) else 1
+    if len(ids) != n or (len(ids) and ids.min() < 0):
+        raise ProfileError(f"{path}: corrupt profile (node ids are not 0..{n - 1})")
+    parent = np.zeros(n, dtype=np.int64)
+    frame_id = np.zeros(n, dtype=np.int64)
+    parent[ids] = par
+    frame_id[ids] = fr
+    parent[0] = 0
+    frame_id[0] = 0
+    if n > 1 and bool((parent[1:] >= np.arange(1, n)).any()):
+        raise ProfileError(f"{path}: corrupt profile (a node's parent id is not below its own)")
+    if bool((frame_id >= top).any()) or bool((local[frame_id] < 0).any()):
+        raise ProfileError(f"{path}: corrupt profile (a node refers to an unknown frame)")
+    frame = local[frame_id]
+    # depth levels, then path hashes level by level
+    pl = parent.tolist()
+    depth = [0] * n
+    for i in range(1, n):
+        depth[i] = depth[pl[i]] + 1
+    depth_a = np.asarray(depth, dtype=np.int64)
+    order = np.argsort(depth_a, kind="stable")
+    bounds = np.searchsorted(depth_a[order], np.arange(int(depth_a.max()) + 2))
+    h = np.zeros(n, dtype=np.uint64)
+    h[0] = np.uint64(0x6A09E667F3BCC908)
+    for d in range(1, int(depth_a.max()) + 1):
+        lvl = order[bounds[d] : bounds[d + 1]]
+        h[lvl] = _mix(h[parent[lvl]] * np.uint64(0x9E3779B97F4A7C15) ^ fhash[frame[lvl]])
+    metrics = []
+    mlocal = {}
+    for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
+        mlocal[mid] = len(metrics)
+        metrics.append((name, unit, desc))
+    where = "count > 0"
+    node = _ints(con, f"SELECT group_concat(node) FROM node_metrics WHERE {where}")
+    metric = _ints(con, f"SELECT group_concat(metric) FROM node_metrics WHERE {where}")
+    count = _ints(con, f"SELECT group_concat(count) FROM node_metrics WHERE {where}")
+    s = _reals(con, "sum", where)
+    mn = _reals(con, "min", where)
+    mx = _reals(con, "max", where)
+    if len(node) and (node.min() < 0 or node.max() >= n):
+        raise ProfileError(f"{path}: corrupt profile (metric value for an unknown node)")
+    rows = {}
+    inclusive = {}
+    for mid, k in mlocal.items():
+        sel = metric == mid
+        rows[k] = (node[sel], s[sel], count[sel], mn[sel], mx[sel])
+        inc = np.bincount(node[sel], weights=s[sel], minlength=n)
+        for d in range(int(depth_a.max()), 0, -1):
+            lvl = order[bounds[d] : bounds[d + 1]]
+            np.add.at(inc, parent[lvl], inc[lvl])
+        inclusive[k] = inc
+    props = con.execute("SELECT node, key, value FROM node_props").fetchall()
+    return Input(path, meta, frames, parent, frame, h, metrics, rows, inclusive, props)
+
+
+class _Grow:
+    """Dense per-node arrays that grow with the merged tree."""
+
+    def __init__(self, fill: float, dtype=np.float64):
+        self.fill = fill
+        self.a = np.full(1024, fill, dtype=dtype)
+
+    def ensure(self, n: int) -> np.ndarray:
+        if n > len(self.a):
+            old = self.a
+            self.a = np.full(max(n, 2 * len(old)), self.fill, dtype=old.dtype)
+            self.a[: len(old)] = old
+        return self.a
+
+
+class _MetricAcc:
+    def __init__(self, name: str, unit: str, desc: str):
+        self.name, self.unit, self.desc = name, unit, desc
+        self.inputs = 0
+        self.exc_sum = _Grow(0.0)
+        self.exc_sq = _Grow(0.0)
+        self.exc_min = _Grow(np.inf)
+        self.exc_max = _Grow(0.0)
+        self.exc_present = _Grow(0, np.int64)
+        self.inc_sum = _Grow(0.0)
+        self.inc_sq = _Grow(0.0)
+        self.inc_min = _Grow(np.inf)
+        self.inc_max = _Grow(0.0)
+        self.argmax = _Grow(-1, np.int64)
+        self.count = _Grow(0, np.int64)
+        self.ev_min = _Grow(np.inf)
+        self.ev_max = _Grow(-np.inf)
+        self.seen_min_upto = 0  # nodes [0, seen_min_upto) have had their min initialised
+
+
+class Merger:
+    """Accumulates inputs one by one; `write` stores the merged profile."""
+
+    def __init__(self) -> None:
+        self.n = 1  # merged nodes so far (the root)
+        self.parent = _Grow(0, np.int64)
+        self.frame = _Grow(0, np.int64)
+        self.known_h = np.zeros(0, dtype=np.uint64)  # sorted path hashes
+        self.known_id = np.zeros(0, dtype=np.int64)
+        self.frames: dict[tuple, int] = {(0, "", "", 0, ""): 0}
+        self.metrics: dict[str, _MetricAcc] = {}
+        self.props: dict[tuple[int, str], str] = {}
+        self.inputs: list[dict] = []
+        self.totals: dict[str, list[float]] = {}
+
+    def add(self, inp: Input) -> None:
+        k = len(self.inputs)
+        gframe = np.fromiter(
+            (self.frames.setdefault(f, len(self.frames)) for f in inp.frames),
+            dtype=np.int64,
+            count=len(inp.frames),
+        )
+        out = self._map_nodes(inp, gframe)
+        n = self.n
+        for mk, (name, unit, desc) in enumerate(inp.metrics):
+            acc = self.metrics.get(name)
+            if acc is None:
+                acc = self.metrics[name] = _MetricAcc(name, unit, desc)
+            self._accumulate(acc, k, out, inp.rows[mk], inp.inclusive[mk], n)
+            self.totals.setdefault(name, [0.0] * k).append(float(inp.inclusive[mk][0]))
+        for tot in self.totals.values():
+            if len(tot) < k + 1:
+                tot.append(0.0)
+        for node, key, value in inp.props:
+            if 0 <= node < len(out):
+                self.props.setdefault((int(out[node]), key), value)
+        self.inputs.append({"path": inp.path, "meta": inp.meta})
+
+    def _map_nodes(self, inp: Input, gframe: np.ndarray) -> np.ndarray:
+        h = inp.hash
+        if len(self.known_h):
+            pos = np.minimum(np.searchsorted(self.known_h, h), len(self.known_h) - 1)
+            found = self.known_h[pos] == h
+        else:
+            pos = np.zeros(len(h), dtype=np.int64)
+            found = np.zeros(len(h), dtype=bool)
+        found[0] = True
+        out = np.zeros(len(h), dtype=np.int64)
+        if len(self.known_id):
+            out[found] = self.known_id[pos[found]]
+        out[0] = 0
+        missing = np.nonzero(~found)[0]
+        if len(missing):
+            uniq, first = np.unique(h[missing], return_index=True)
+            first_local = missing[first]
+            order = np.argsort(first_local, kind="stable")
+            new_ids = np.empty(len(uniq), dtype=np.int64)
+            new_ids[order] = self.n + np.arange(len(uniq))
+            out[missing] = new_ids[np.searchsorted(uniq, h[missing])]
+            end = self.n + len(uniq)
+            par = self.parent.ensure(end)
+            frm = self.frame.ensure(end)
+            par[new_ids] = out[inp.parent[first_local]]
+            frm[new_ids] = gframe[inp.frame[first_local]]
+            ins = np.searchsorted(self.known_h, uniq)
+            self.known_h = np.insert(self.known_h, ins, uniq)
+            self.known_id = np.insert(self.known_id, ins, new_ids)
+            self.n = end
+        # every match must agree on (parent, frame): a hash collision would fail here
+        par = self.parent.a
+        frm = self.frame.a
+        if len(h) > 1 and not (
+            np.array_equal(par[out[1:]], out[inp.parent[1:]])
+            and np.array_equal(frm[out[1:]], gframe[inp.frame[1:]])
+        ):
+            raise ProfileError(f"{inp.path}: call-path hash collision while merging")
+        return out
+
+    def _accumulate(self, acc, k, out, rows, inc_local, n) -> None:
+        acc.inputs += 1
+        node, s, cnt, mn, mx = rows
+        idx = out[node]
+        exc = np.bincount(idx, weights=s, minlength=n)
+        inc = np.bincount(out, weights=inc_local, minlength=n)
+        present = np.bincount(idx, minlength=n) > 0
+        for g in (
+            acc.exc_sum,
+            acc.exc_sq,
+            acc.exc_min,
+            acc.exc_max,
+            acc.exc_present,
+            acc.inc_sum,
+            acc.inc_sq,
+            acc.inc_min,
+            acc.inc_max,
+            acc.argmax,
+            acc.count,
+            acc.ev_min,
+            acc.ev_max,
+        ):
+            g.ensure(n)
+        # nodes that appeared after some inputs had been merged: those inputs count as 0
+        lo = acc.seen_min_upto
+        if n > lo:
+            start = 0.0 if acc.inputs > 1 else np.inf
+            acc.exc_min.a[lo:n] = start
+            acc.inc_min.a[lo:n] = start
+            acc.seen_min_upto = n
+        a = slice(0, n)
+        acc.exc_sum.a[a] += exc
+        acc.exc_sq.a[a] += exc * exc
+        np.minimum(acc.exc_min.a[a], exc, out=acc.exc_min.a[a])
+        np.maximum(acc.exc_max.a[a], exc, out=acc.exc_max.a[a])
+        acc.exc_present.a[a] += present
+        acc.inc_sum.a[a] += inc
+        acc.inc_sq.a[a] += inc * inc
+        np.minimum(acc.inc_min.a[a], inc, out=acc.inc_min.a[a])
+        higher = inc > acc.inc_max.a[a]
+        acc.argmax.a[a][higher] = k
+        np.maximum(acc.inc_max.a[a], inc, out=acc.inc_max.a[a])
+        np.add.at(acc.count.a, idx, cnt)
+        np.minimum.at(acc.ev_min.a, idx, mn)
+        np.maximum.at(acc.ev_max.a, idx, mx)
+
+    # -- output ---------------------------------------------------------------------------
+    def merged_meta(self) -> dict[str, str]:
+        metas = [i["meta"] for i in self.inputs]
+        meta: dict[str, str] = {}
+        if metas:
+            for key, value in metas[0].items():
+                if all(m.get(key) == value for m in metas[1:]):
+                    meta[key] = value
+        starts = [m["start_time"] for m in metas if m.get("start_time")]
+        ends = [m["end_time"] for m in metas if m.get("end_time")]
+        if starts:
+            meta["start_time"] = min(starts)
+        if ends:
+            meta["end_time"] = max(ends)
+        notes: list[str] = []
+        for m in metas:
+            try:
+                for note in json.loads(m.get("notes", "[]")):
+                    if note not in notes:
+                        notes.append(note)
+            except ValueError:
+                pass
+        meta["notes"] = json.dumps(notes)
+        meta["complete"] = "1" if all(m.get("complete", "1") == "1" for m in metas) else "0"
+        meta["merged_count"] = str(len(self.inputs))
+        meta["merged_inputs"] = json.dumps(
+            [{"path": i["path"], "label": input_label(i), "meta": i["meta"]} for i in self.inputs]
+        )
+        meta["merged_totals"] = json.dumps(self.totals)
+        meta["merged_stats"] = json.dumps(list(STATS))
+        return meta
+
+    def write(self, path: str, *, primary: str | None = None) -> None:
+        n = self.n
+        N = len(self.inputs)
+        strings: dict[str, int] = {"": 0}
+
+        def sid(s: str) -> int:
+            return strings.setdefault(s, len(strings))
+
+        frame_rows = [
+            (fid, kind, sid(name), sid(file), line, sid(module))
+            for (kind, name, file, line, module), fid in self.frames.items()
+        ]
+        metric_rows = []
+        value_rows = []
+        labels = [input_label(i) for i in self.inputs]
+        imbalance_props = []
+        if primary is None:
+            preferred = [
+                m
+                for m in ("gpu_time", "cpu_time", "op_time", "wall_time")
+                if m in self.metrics and self.metrics[m].inc_sum.a[0] > 0
+            ]
+            primary = preferred[0] if preferred else next(iter(self.metrics), None)
+        mid = 0
+        for acc in self.metrics.values():
+            a = slice(0, n)
+            exc_sum, inc_sum = acc.exc_sum.a[a], acc.inc_sum.a[a]
+            count = acc.count.a[a]
+            has = (count > 0) | (inc_sum != 0)
+            has[0] = True
+            ids = np.nonzero(has)[0]
+            c = count[ids]
+            ev_min = np.where(c > 0, acc.ev_min.a[a][ids], 0.0)
+            ev_max = np.where(c > 0, acc.ev_max.a[a][ids], 0.0)
+            mid += 1
+            metric_rows.append((mid, acc.name, acc.unit, acc.desc))
+            value_rows.append((ids, mid, exc_sum[ids], c, ev_min, ev_max, inc_sum[ids]))
+            exc_min, inc_min = acc.exc_min.a[a].copy(), acc.inc_min.a[a].copy()
+            if acc.inputs < N:  # inputs without this metric count as 0
+                np.minimum(exc_min, 0.0, out=exc_min)
+                np.minimum(inc_min, 0.0, out=inc_min)
+            exc_min[~np.isfinite(exc_min)] = 0.0
+            inc_min[~np.isfinite(inc_min)] = 0.0
+            exc_mean, inc_mean = exc_sum / N, inc_sum / N
+            exc_std = np.sqrt(np.maximum(acc.exc_sq.a[a] / N - exc_mean * exc_mean, 0.0))
+            inc_std = np.sqrt(np.maximum(acc.inc_sq.a[a] / N - inc_mean * inc_mean, 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                exc_imb = np.where(exc_mean > 0, acc.exc_max.a[a] / exc_mean, 0.0)
+                inc_imb = np.where(inc_mean > 0, acc.inc_max.a[a] / inc_mean, 0.0)
+            stats = {
+                "mean": (exc_mean, inc_mean),
+                "min": (exc_min, inc_min),
+                "max": (acc.exc_max.a[a], acc.inc_max.a[a]),
+                "std": (exc_std, inc_std),
+                "imbalance": (exc_imb, inc_imb),
+            }
+            present = acc.exc_present.a[a][ids]
+            for stat in STATS:
+                e, i = stats[stat]
+                mid += 1
+                unit = "ratio" if stat == "imbalance" else acc.unit
+                metric_rows.append(
+                    (mid, f"{acc.name}:{stat}", unit, f"{stat} of {acc.name} across {N} inputs")
+                )
+                ev = np.where(present > 0, e[ids], 0.0)
+                nz = (ev != 0) | (i[ids] != 0)  # a missing row reads as 0
+                value_rows.append((ids[nz], mid, ev[nz], present[nz], ev[nz], ev[nz], i[ids][nz]))
+            if acc.name == primary:
+                total = float(acc.inc_max.a[0])
+                hot = np.nonzero(
+                    (inc_imb >= 1.25) & (acc.inc_max.a[a] >= 1e-3 * total) & (np.arange(n) > 0)
+                )[0]
+                for node in hot.tolist():
+                    who = int(acc.argmax.a[node])
+                    if 0 <= who < N:
+                        imbalance_props.append((node, f"{acc.name}:max_input", labels[who]))
+
+        cols = [
+            np.concatenate([np.broadcast_to(np.asarray(r[j]), r[0].shape) for r in value_rows])
+            for j in range(7)
+        ]
+        order = np.lexsort((cols[1], cols[0]))  # (node, metric) order: sequential B-tree inserts
+        node_metrics = zip(*(c[order].tolist() for c in cols), strict=True)
+
+        props = {**self.props}
+        for node, key, value in imbalance_props:
+            props[(node, key)] = value
+        write_tables(
+            path,
+            meta=self.merged_meta(),
+            strings=((i, s) for s, i in strings.items()),
+            frames=frame_rows,
+            nodes=zip(range(n), self.parent.a[:n].tolist(), self.frame.a[:n].tolist(), strict=True),
+            metrics=metric_rows,
+            node_metrics=node_metrics,
+            node_props=((node, key, value) for (node, key), value in props.items()),
+        )
+
+
+def input_label(inp: dict) -> str:
+    meta = inp["meta"]
+    if meta.get("rank"):
+        return f"rank {meta['rank']}"
+    if meta.get("pid"):
+        return f"pid {meta['pid']}"
+    return os.path.basename(inp["path"])
+
+
+def merge_files(
+    inputs: Sequence[str],
+    output: str,
+    *,
+    jobs: int | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Merger:
+    """Merge the profiles `inputs` into `output`; returns the Merger (for its totals)."""
+    if not inputs:
+        raise UserError("merge needs at least one input profile")
+    for p in inputs:
+        if not os.path.exists(p):
+            raise UserError(f"{p}: no such file")
+    if os.path.abspath(output) in {os.path.abspath(p) for p in inputs}:
+        raise UserError(f"{output}: the output would overwrite an input")
+    jobs = jobs or min(len(inputs), os.cpu_count() or 1)
+    merger = Merger()
+    total = len(inputs)
+    if jobs <= 1 or total <= 2:
+        stream = map(read_input, inputs)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        stream = pool.imap(read_input, inputs)
+    try:
+        for done, inp in enumerate(stream, start=1):
+            merger.add(inp)
+            if progress:
+                progress(done, total, inp.path)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    merger.write(output)
+    return merger

@@ -52,7 +52,7 @@ for i in range(5):
 prof = None
 if cfg.startswith("deepcontext"):
     import deepcontext.session as session
-    opts = {{"torch_modules": cfg != "deepcontext-nomod", "checkpoint_s": 0}}
+    opts = {{"torch_modules": cfg != "deepcontext-nomod", "checkpoint_s": 0, "gpu": False}}
     session.start(out, **opts)
 elif cfg.startswith("torch.profiler"):
     from torch.profiler import ProfilerActivity, profile

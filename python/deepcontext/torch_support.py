@@ -97,19 +97,26 @@ def _flags(options: dict) -> int:
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):
     """Finds nothing itself; wraps torch's loader so that activation runs right after torch's own
-    module code has run. Removes itself at the first `import torch`."""
+    module code has run. Stays in place until torch is really executed: other code may only probe
+    with importlib.util.find_spec("torch") (the spec it gets is thrown away)."""
+
+    _busy = threading.local()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "torch":
+        if fullname != "torch" or getattr(self._busy, "on", False):
             return None
-        _remove_finder()
-        spec = importlib.util.find_spec("torch")
+        self._busy.on = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self._busy.on = False
         loader = getattr(spec, "loader", None) if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
 
         def exec_module(module):
+            _remove_finder()
             original(module)
             _on_torch_imported()
 
@@ -121,10 +128,7 @@ def _remove_finder() -> None:
     global _finder
     with _lock:
         if _finder is not None:
-            try:
-                sys.meta_path.remove(_finder)
-            except ValueError:
-                pass
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
             _finder = None
 
 
@@ -142,7 +146,9 @@ def activate(options: dict) -> None:
     with _lock:
         if _finder is None:
             _finder = _TorchImportHook()
-            sys.meta_path.insert(0, _finder)
+            # Twice: a finder placed before ours that removes itself from sys.meta_path inside its
+            # find_spec makes the import machinery skip the entry that follows it.
+            sys.meta_path[0:0] = [_finder, _finder]
 
 
 def deactivate() -> None:
@@ -155,6 +161,7 @@ def deactivate() -> None:
         except Exception:
             pass
     _hook_handles.clear()
+    _unpatch_torch_profiler()
     if _installed and _lib is not None:
         ops, matched, unmatched = stats()
         _core().set_meta("torch_backward_matched", str(matched))
@@ -182,6 +189,9 @@ def _on_torch_imported() -> None:
         _installed = True
         if flags & FLAG_MODULES and not _hook_handles:
             _install_module_hooks(lib)
+        if flags & FLAG_MEMORY:
+            _patch_torch_profiler(lib)
+        _register_worker_exit()
     except Exception as exc:  # never break the user's program
         msg = f"torch: operator context disabled: {exc}"
         try:
@@ -189,6 +199,32 @@ def _on_torch_imported() -> None:
         except Exception:
             pass
         print(f"deepcontext: {msg}", file=sys.stderr)
+
+
+class _WorkerExit:
+    """Token for multiprocessing.util.register_after_fork (it keeps a weak reference)."""
+
+
+_worker_exit_token = _WorkerExit()
+
+
+def _arm_worker_exit(_token) -> None:
+    # In a multiprocessing child (a DataLoader worker) that profiles: it leaves through
+    # os._exit(), so atexit never runs there, but multiprocessing's finalizers do. Registered from
+    # register_after_fork because Process._bootstrap clears finalizers made by os.fork handlers.
+    # (This belongs in session.py; see the report.)
+    from . import session
+
+    if session.is_active():
+        import multiprocessing.util as mp_util
+
+        mp_util.Finalize(None, session._stop_quietly, exitpriority=0)
+
+
+def _register_worker_exit() -> None:
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(_worker_exit_token, _arm_worker_exit)
 
 
 def _after_fork_child() -> None:
@@ -208,6 +244,63 @@ def stats() -> tuple[int, int, int]:
     a, b, c = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
     _lib.dctx_torch_stats(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
     return (a.value, b.value, c.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Coexistence with torch.profiler: it keeps its allocator reports in the same thread-local slot as
+# ours and refuses to start while the slot is taken, so we step aside on that thread while it runs.
+# ------------------------------------------------------------------------------------------------
+
+_PROFILER_ENTRY_POINTS = (
+    ("torch.autograd.profiler", "_enable_profiler", "_disable_profiler"),
+    ("torch.autograd.profiler_legacy", "_enable_profiler_legacy", "_disable_profiler_legacy"),
+    ("torch.autograd", "_enable_profiler", "_disable_profiler"),
+    ("torch.autograd", "_enable_profiler_legacy", "_disable_profiler_legacy"),
+)
+_patched: list = []  # (module, name, original, wrapper)
+
+
+def _patch_torch_profiler(lib) -> None:
+    if _patched:
+        return
+    for mod_name, enable_name, disable_name in _PROFILER_ENTRY_POINTS:
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            try:
+                mod = importlib.import_module(mod_name)
+            except Exception:
+                continue
+        enable, disable = getattr(mod, enable_name, None), getattr(mod, disable_name, None)
+        if enable is None or disable is None:
+            continue
+
+        def enable_wrapper(*args, __orig=enable, **kwargs):
+            lib.dctx_torch_memory_yield()
+            try:
+                return __orig(*args, **kwargs)
+            except BaseException:
+                lib.dctx_torch_memory_resume()
+                raise
+
+        def disable_wrapper(*args, __orig=disable, **kwargs):
+            try:
+                return __orig(*args, **kwargs)
+            finally:
+                lib.dctx_torch_memory_resume()
+
+        for name, orig, wrapper in (
+            (enable_name, enable, enable_wrapper),
+            (disable_name, disable, disable_wrapper),
+        ):
+            setattr(mod, name, wrapper)
+            _patched.append((mod, name, orig, wrapper))
+
+
+def _unpatch_torch_profiler() -> None:
+    for mod, name, orig, wrapper in reversed(_patched):
+        if getattr(mod, name, None) is wrapper:
+            setattr(mod, name, orig)
+    _patched.clear()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -283,8 +376,14 @@ def _install_module_hooks(lib) -> None:
         stack = getattr(_tls, "stack", None)
         if not stack:
             return None
-        # Normally the top; after an exception (always_call) unwind to the module's own entry.
-        for i in range(len(stack) - 1, -1, -1):
+        top = stack[-1]
+        if top[0] is module:
+            stack.pop()
+            if _installed:
+                pop(top[2])
+            return None
+        # After an exception inside a child (always_call): unwind to this module's own entry.
+        for i in range(len(stack) - 2, -1, -1):
             if stack[i][0] is module:
                 depth = stack[i][2]
                 del stack[i:]
@@ -351,6 +450,10 @@ def _bind(lib) -> None:
     lib.dctx_torch_stats.argtypes = [p64, p64, p64]
     lib.dctx_torch_live_allocations.restype = ctypes.c_uint64
     lib.dctx_torch_live_allocations.argtypes = []
+    lib.dctx_torch_memory_yield.restype = i32
+    lib.dctx_torch_memory_yield.argtypes = []
+    lib.dctx_torch_memory_resume.restype = None
+    lib.dctx_torch_memory_resume.argtypes = []
     lib.dctx_torch_memory_reporting_here.restype = i32
     lib.dctx_torch_memory_reporting_here.argtypes = []
 
@@ -380,6 +483,7 @@ def _compile_command(src: str, inc: str, out: str, torch_dir: str, abi: int, ver
         "-fPIC",
         "-shared",
         "-fvisibility=hidden",
+        "-DNDEBUG",  # torch's release headers: same RecordFunction layout, no debug-only asserts
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f'-DDCTX_TORCH_VERSION="{version}"',
         f"-I{inc}",

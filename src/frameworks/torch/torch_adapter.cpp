@@ -162,8 +162,11 @@ struct ThreadState {
   NameSlot name_cache[kNameSlots];
   std::unordered_map<std::string, uint32_t> names;
   std::unordered_map<uint64_t, uint32_t> shape_frames; // (name frame, shapes hash) -> frame
+  std::unordered_map<uint32_t, std::string> shape_text; // shaped frame -> its signature
+  std::unordered_map<dctx_node, bool> shaped_nodes;     // nodes that have their "shapes" prop
   Ring* ring = nullptr;
   bool debug_info_pushed = false;
+  bool yielded = false; // torch.profiler holds the allocator-report slot on this thread
 
   void reset(uint32_t gen) {
     generation = gen;
@@ -172,6 +175,8 @@ struct ThreadState {
     for (auto& s : name_cache) s = NameSlot();
     names.clear();
     shape_frames.clear();
+    shape_text.clear();
+    shaped_nodes.clear();
     ring = nullptr;
   }
 };
@@ -331,6 +336,7 @@ std::shared_ptr<MemoryReporter>* g_reporter = nullptr;
 // Installs the reporter on this thread if its PROFILER_STATE slot is free. Returns false when
 // another profiler (torch.profiler) holds the slot.
 void ensure_reporter(ThreadState& ts) {
+  if (ts.yielded) return;
   c10::DebugInfoBase* cur = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
   if (cur == nullptr) {
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, *g_reporter);
@@ -387,7 +393,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   const int64_t seq = fn.seqNr();
   uint32_t frame = op_frame(ts, fn.name());
   if ((g_flags & kFlagShapes) && fn.needsInputs() && scope != at::RecordScope::BACKWARD_FUNCTION) {
-    std::string shapes = describe_inputs(fn);
+    std::string shapes;
+    try {
+      shapes = describe_inputs(fn);
+    } catch (...) {
+      shapes = "?";
+    }
     uint64_t key = (uint64_t(frame) << 32) ^ std::hash<std::string>()(shapes);
     auto it = ts.shape_frames.find(key);
     uint32_t shaped;
@@ -396,8 +407,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     } else {
       // The signature is part of the frame, so calls with different shapes get their own nodes.
       shaped = frame_for(DCTX_FRAME_OPERATOR, fn.name(), shapes.c_str());
-      if (ts.shape_frames.size() > 65536) ts.shape_frames.clear();
+      if (ts.shape_frames.size() > 65536) {
+        ts.shape_frames.clear();
+        ts.shape_text.clear();
+      }
       ts.shape_frames.emplace(key, shaped);
+      ts.shape_text.emplace(shaped, std::move(shapes));
     }
     frame = shaped;
   }
@@ -421,6 +436,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(mod, frame));
     } else {
       node = dctx_enter_id(DCTX_DOMAIN_OPERATOR, frame);
+    }
+  }
+
+  if ((g_flags & kFlagShapes) && frame != 0) {
+    auto st = ts.shape_text.find(frame);
+    if (st != ts.shape_text.end() && ts.shaped_nodes.emplace(node, true).second) {
+      if (ts.shaped_nodes.size() > (1u << 20)) ts.shaped_nodes.clear();
+      dctx_set_prop(node, "input_shapes", st->second.c_str());
     }
   }
 
@@ -606,6 +629,35 @@ DCTX_EXPORT void dctx_torch_stats(uint64_t* ops, uint64_t* bwd_matched, uint64_t
 DCTX_EXPORT uint64_t dctx_torch_live_allocations(void) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   return g_live ? g_live->size() : 0;
+}
+
+/* Before torch.profiler starts on this thread: leave the PROFILER_STATE slot to it (it refuses to
+ * start while the slot is taken). Returns 1 when our reporter was removed. */
+DCTX_EXPORT int dctx_torch_memory_yield(void) {
+  ThreadState& ts = tls();
+  ts.yielded = true;
+  if (g_reporter == nullptr) return 0;
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != g_reporter->get())
+    return 0;
+  try {
+    c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+  } catch (...) {
+    return 0; // another kind of debug info is on top: leave the chain alone
+  }
+  ts.debug_info_pushed = false;
+  if (g_mem_enabled.load() && !g_noted_shadowed.exchange(true)) {
+    dctx_note("torch: memory by call path was paused on the thread that ran torch.profiler, "
+              "while it ran (both use PyTorch's one allocator-report slot); operators were "
+              "recorded throughout");
+  }
+  return 1;
+}
+
+/* After torch.profiler stopped on this thread: take the slot back. */
+DCTX_EXPORT void dctx_torch_memory_resume(void) {
+  ThreadState& ts = tls();
+  ts.yielded = false;
+  if (g_mem_enabled.load() && g_reporter != nullptr) ensure_reporter(ts);
 }
 
 /* 1 when this thread's allocator reports reach us. */

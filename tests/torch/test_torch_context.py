@@ -1,0 +1,282 @@
+"""PyTorch operator context, backward attribution, module paths, memory, forks, coexistence.
+
+Every test runs a real program under `deepcontext run` and reads the profile it wrote."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import deepcontext.profile as dprof
+import pytest
+from torch_helpers import (
+    EXAMPLES,
+    has_line,
+    line_of,
+    run_deepcontext,
+    user_line,
+    write_program,
+)
+
+TRAIN = EXAMPLES / "train.py"
+MODEL = EXAMPLES / "model.py"
+
+
+def _index(path, pred) -> int:
+    for i, f in enumerate(path):
+        if pred(f):
+            return i
+    return -1
+
+
+def test_forward_path_and_backward_under_forward_line(torch_example_profiles):
+    p = dprof.load(torch_example_profiles["mlp"])
+    step_line = line_of(TRAIN, "out = model(x)")
+    fc1_line = line_of(MODEL, "x = self.act(self.fc1(x))")
+
+    # train.py:<step line> -> model.py:<forward line> -> aten::linear -> aten::addmm
+    fwd = [
+        n
+        for n in p.find("aten::addmm")
+        if has_line(n, "train.py", step_line) and has_line(n, "model.py", fc1_line)
+    ]
+    assert fwd, "no aten::addmm under train.py:model(x) -> model.py:fc1 line"
+    path = fwd[0].path()
+    i_train = _index(path, lambda f: f.file.endswith("train.py") and f.line == step_line)
+    i_model = _index(path, lambda f: f.file.endswith("model.py") and f.line == fc1_line)
+    i_linear = _index(path, lambda f: f.name == "aten::linear")
+    assert 0 <= i_train < i_model < i_linear == len(path) - 2
+    assert fwd[0].inclusive("op_count") >= 20  # one per step at least
+
+    # AddmmBackward0 (with its aten children) under the same forward line, marked backward.
+    bwd = [n for n in p.find("AddmmBackward0") if has_line(n, "model.py", fc1_line)]
+    assert bwd, "AddmmBackward0 is not under model.py's fc1 line"
+    node = bwd[0]
+    assert node.parent.frame.kind == "backward"
+    assert node.parent.parent.frame.name in ("aten::addmm", "aten::linear")
+    kids = {c.frame.name for c in node.children}
+    assert "aten::mm" in kids, kids
+    assert node.inclusive("op_time") > 0
+    assert node.exclusive("op_count") >= 20
+
+
+def test_operator_time_sits_under_user_lines(torch_example_profiles):
+    p = dprof.load(torch_example_profiles["mlp"])
+    total = p.total("op_time")
+    assert total > 0
+    under = sum(n.exclusive("op_time") for n in p.nodes() if user_line(n))
+    assert under / total >= 0.95, f"only {under / total:.1%} of operator time under a user line"
+    # Every backward op is attributed under a forward op, none is left at the engine's frames.
+    matched = int(p.meta.get("torch_backward_matched", "0"))
+    unmatched = int(p.meta.get("torch_backward_unmatched", "0"))
+    assert matched > 0 and unmatched <= matched * 0.05, (matched, unmatched)
+
+
+def test_module_paths(torch_example_profiles):
+    p = dprof.load(torch_example_profiles["mlp"])
+    modules = {n.frame.name for n in p.find(kind="module")}
+    assert {"model.fc1", "model.fc2", "model.head", "loss_fn"} <= modules, modules
+    fc1 = p.find("model.fc1", kind="module")
+    assert any(c.frame.name == "aten::linear" for n in fc1 for c in n.children)
+    # the module frame sits below the Python line that called it
+    forward_line = line_of(MODEL, "x = self.act(self.fc1(x))")
+    assert all(has_line(n, "model.py", forward_line) for n in fc1)
+
+
+def test_index_backward_under_indexing_line(torch_example_profiles):
+    p = dprof.load(torch_example_profiles["gather"])
+    index_line = line_of(MODEL, "rows = self.table[idx]")
+    nodes = [n for n in p.find("IndexBackward0") if has_line(n, "model.py", index_line)]
+    assert nodes, "IndexBackward0 is not under the line that did the indexing"
+    below = {d.frame.name for n in nodes for d in n.walk()}
+    assert below & {"aten::index_put_", "aten::_index_put_impl_"}, below
+    assert all(n.parent.frame.kind == "backward" for n in nodes)
+    fwd = [n for n in p.find("aten::index") if has_line(n, "model.py", index_line)]
+    assert fwd
+
+
+MEMORY_PROGRAM = """
+import torch
+
+def make():
+    big = torch.ones(48 << 20, dtype=torch.uint8)  # BIG
+    return int(big[0])
+
+for _ in range(3):
+    make()
+small = torch.ones(16)  # SMALL
+"""
+
+
+def test_large_allocation_is_that_lines_peak(tmp_path):
+    prog = write_program(tmp_path, MEMORY_PROGRAM)
+    out = tmp_path / "mem.dctx"
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    big_line = line_of(prog, "# BIG")
+    lines = [n for n in p.find(file="prog.py", kind="python", line=big_line)]
+    assert lines
+    peak = max(n.inclusive("peak_bytes") for n in lines)
+    assert peak >= 48 << 20, peak
+    assert sum(n.inclusive("alloc_bytes") for n in lines) >= 3 * (48 << 20)
+    assert sum(n.inclusive("alloc_count") for n in lines) >= 3
+    # the allocation sits at the operator that made it
+    ops = [n for n in p.nodes() if n.frame.kind == "operator" and has_line(n, "prog.py", big_line)]
+    assert max(n.exclusive("peak_bytes") for n in ops) >= 48 << 20
+    small_line = line_of(prog, "# SMALL")
+    small = p.find(file="prog.py", kind="python", line=small_line)
+    assert small and max(n.inclusive("peak_bytes") for n in small) < 1 << 20
+
+
+def test_input_shapes(tmp_path):
+    prog = write_program(
+        tmp_path,
+        """
+        import torch
+        m = torch.nn.Linear(64, 16)
+        for b in (32, 8):
+            m(torch.randn(b, 64))  # CALL
+        """,
+    )
+    out = tmp_path / "shapes.dctx"
+    run_deepcontext(tmp_path, "-q", "--shapes", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    shapes = sorted(n.props.get("input_shapes", "") for n in p.find("aten::linear"))
+    assert len(shapes) == 2, shapes
+    assert (
+        "[32, 64] Float" in shapes[0]
+        and "[8, 64] Float" in shapes[1]
+        or ("[8, 64] Float" in shapes[0] and "[32, 64] Float" in shapes[1])
+    ), shapes
+
+
+@pytest.mark.parametrize("mode", ["off", "profile"])
+def test_dataloader_workers_fork(tmp_path, mode):
+    out = tmp_path / "dl.dctx"
+    proc = run_deepcontext(
+        tmp_path,
+        "-q",
+        "--fork-children",
+        mode,
+        "-o",
+        str(out),
+        str(TRAIN),
+        "--workers",
+        "2",
+        "--steps",
+        "12",
+        timeout=240,
+    )
+    assert "12 steps" in proc.stdout
+    p = dprof.load(out)
+    assert p.meta.get("complete") == "1"
+    assert p.find("aten::addmm")
+    workers = sorted(glob.glob(str(tmp_path / "dl.*.dctx")))
+    if mode == "off":
+        assert workers == []
+        return
+    assert len(workers) >= 2, workers
+    for w in workers:
+        wp = dprof.load(w)
+        # a worker runs the dataset's __getitem__ (torch.randn): its operators are there
+        assert wp.find("aten::randn") or wp.find("aten::normal_"), w
+
+
+COEXIST_PROGRAM = """
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+m = torch.nn.Linear(64, 64)
+x = torch.randn(32, 64)
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=WITH_STACK) as prof:
+    for _ in range(5):
+        m(x).sum().backward()  # INSIDE
+events = prof.key_averages()
+names = {e.key for e in events}
+assert "aten::addmm" in names, names
+assert any(e.cpu_memory_usage != 0 for e in events)
+print("TORCH_PROFILER_OK")
+after = torch.ones(32 << 20, dtype=torch.uint8)  # AFTER
+m(x).sum().backward()  # AGAIN
+"""
+
+
+@pytest.mark.parametrize("with_stack", [False, True])
+def test_coexists_with_torch_profiler(tmp_path, with_stack):
+    prog = write_program(tmp_path, COEXIST_PROGRAM.replace("WITH_STACK", str(with_stack)))
+    out = tmp_path / "co.dctx"
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
+    assert "TORCH_PROFILER_OK" in proc.stdout
+    p = dprof.load(out)
+    inside = line_of(prog, "# INSIDE")
+    assert [n for n in p.find("aten::addmm") if has_line(n, "prog.py", inside)]
+    assert [n for n in p.find("AddmmBackward0") if has_line(n, "prog.py", inside)]
+    # memory attribution resumes once torch.profiler has stopped, and we said what we paused
+    after = p.find(file="prog.py", kind="python", line=line_of(prog, "# AFTER"))
+    assert after and max(n.inclusive("peak_bytes") for n in after) >= 32 << 20
+    assert any("torch.profiler" in note for note in p.notes), p.notes
+
+
+FLAT_PROGRAM = """
+import ctypes, sys, torch
+sys.path.insert(0, EXAMPLES)
+import train
+from deepcontext import session, torch_support
+
+session.start("flat.dctx", checkpoint_s=0, gpu=False)
+torch.manual_seed(0)
+model = train.make_model("mlp")
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = torch.nn.CrossEntropyLoss()
+x, y = torch.randn(16, 256), torch.randint(0, 10, (16,))
+from deepcontext import _core
+counts = []
+for step in range(400):
+    train.train_step(model, opt, loss_fn, x, y)
+    if step in (49, 399):
+        session.flush()
+        import deepcontext.profile as P
+        counts.append((len(P.load("flat.dctx")), torch_support._lib.dctx_torch_live_allocations()))
+session.stop()
+print("COUNTS", counts)
+"""
+
+
+def test_tree_and_tracking_do_not_grow_with_steps(tmp_path):
+    prog = write_program(tmp_path, FLAT_PROGRAM.replace("EXAMPLES", repr(str(EXAMPLES))))
+    proc = subprocess.run(
+        [sys.executable, str(prog)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("COUNTS")][0]
+    (n50, live50), (n400, live400) = eval(line.split(" ", 1)[1])
+    assert n400 <= n50 * 1.02 + 10, (n50, n400)  # CPU samples may still find a new line or two
+    assert live400 <= live50 + 16, (live50, live400)
+
+
+def test_adapter_builds_on_first_use_into_cache(tmp_path):
+    code = (
+        "import ctypes, torch\n"
+        "from deepcontext import torch_support as ts\n"
+        "p = ts.build_adapter()\n"
+        "lib = ctypes.CDLL(p)\n"
+        "lib.dctx_torch_built_for.restype = ctypes.c_char_p\n"
+        "assert lib.dctx_torch_built_for().decode() == torch.__version__\n"
+        "print(p)\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
+        for _ in range(2)
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = runs
+    path = first.stdout.strip()
+    assert path.startswith(str(tmp_path / "deepcontext" / "torch-adapter-"))
+    assert first.stderr.count("compiling the PyTorch adapter") == 1
+    assert "compiling" not in second.stderr and second.stdout.strip() == path

@@ -610,7 +610,8 @@ class App {
     const tree = this.trees[0];
     const spec = this.spec;
     const inc = incOf(tree, spec);
-    const files = this.memo(`files:${spec.id}`, () => fileTotals(tree, widthOf(tree, spec)));
+    // "<frozen runpy>", "<string>" ... name no file on disk
+    const files = this.memo(`files:${spec.id}`, () => fileTotals(tree, widthOf(tree, spec)).filter((f) => !f.file.startsWith("<")));
     if (!pane.childElementCount) pane.append(el("div", "files"), el("div", "srchost"));
     const list = pane.children[0] as HTMLElement;
     const host = pane.children[1] as HTMLElement;

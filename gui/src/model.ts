@@ -127,8 +127,11 @@ export interface MetricSpec {
   den?: string;
 }
 
-const RATIOS: [string, string, string][] = [
+/** [numerator, denominator, words, unit (default: the numerator's)] */
+const RATIOS: [string, string, string, string?][] = [
   ["gpu_time", "launches", "per launch"],
+  ["occupancy", "launches", "per launch", "ratio"],
+  ["memcpy_bytes", "memcpy_time", "per ns (GB/s)", "ratio"],
   ["op_time", "op_count", "per call"],
   ["cpu_time", "samples", "per sample"],
   ["alloc_bytes", "alloc_count", "per allocation"],
@@ -139,10 +142,10 @@ const RATIOS: [string, string, string][] = [
 export function metricSpecs(metrics: MetricInfo[]): MetricSpec[] {
   const out: MetricSpec[] = metrics.map((m) => ({ id: m.name, label: m.name, unit: m.unit, num: m.name }));
   const have = new Map(metrics.map((m) => [m.name, m]));
-  for (const [a, b, words] of RATIOS) {
+  for (const [a, b, words, unit] of RATIOS) {
     const ma = have.get(a);
     if (ma && have.has(b))
-      out.push({ id: `${a}/${b}`, label: `${a} ${words}`, unit: ma.unit === "count" ? "ratio" : ma.unit, num: a, den: b });
+      out.push({ id: `${a}/${b}`, label: `${a} ${words}`, unit: unit ?? (ma.unit === "count" ? "ratio" : ma.unit), num: a, den: b });
   }
   return out;
 }

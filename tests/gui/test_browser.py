@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 from deepcontext.analyzer import REGISTRY, Finding, rule
@@ -75,3 +76,36 @@ def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
         "findings",
     ]:
         assert (SCREENSHOTS / f"{view}.png").stat().st_size > 5000, view
+
+
+REPLAY = ROOT / "tests" / "gpu" / "gpu_replay.py"
+EAGER = ROOT / "tests" / "data" / "gpu" / "eager.jsonl"
+
+
+@pytest.mark.skipif(
+    not (REPLAY.exists() and EAGER.exists()), reason="the GPU layer's CUPTI fixtures are absent"
+)
+def test_gpu_profile_in_a_real_browser(tmp_path):
+    """A GPU profile: CUPTI traffic recorded on an H200 (the GPU layer's fixture), replayed
+    through the real buffer processing into a .dctx: kernels, operators, derived metrics."""
+    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+    out = tmp_path / "gpu.dctx"
+    subprocess.run([sys.executable, str(REPLAY), str(EAGER), str(out)], check=True, timeout=120)
+    SCREENSHOTS.mkdir(exist_ok=True)
+    server = GuiServer(str(out)).start()
+    try:
+        r = subprocess.run(
+            ["node", "e2e/gpu.mjs", server.url, str(SCREENSHOTS)],
+            cwd=ROOT / "gui",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.close()
+    out_lines = r.stdout.strip().splitlines()
+    assert out_lines, r.stderr[-2000:]
+    result = json.loads(out_lines[-1])
+    assert result["failures"] == [], result["failures"]
+    assert len(result["checks"]) == 5
+    assert (SCREENSHOTS / "gpu-flame.png").stat().st_size > 5000

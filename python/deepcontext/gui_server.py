@@ -182,7 +182,7 @@ class ProfileData:
         real = os.path.realpath(path)
         if real != path:
             allowed = [os.path.realpath(os.path.dirname(path))]
-            if cwd:
+            if cwd and os.path.realpath(cwd) != "/":
                 allowed.append(os.path.realpath(cwd))
             if not any(_inside(real, root) for root in allowed):
                 raise Refused(
@@ -202,8 +202,10 @@ class ProfileData:
 
 
 def _inside(path: str, root: str) -> bool:
-    root = root.rstrip("/") or "/"
-    return path == root or path.startswith(root + "/") or root == "/"
+    root = root.rstrip("/")
+    if not root:  # "/" holds everything: never a root that lets a symlink out
+        return False
+    return path == root or path.startswith(root + "/")
 
 
 def _notes(p: Profile) -> list:

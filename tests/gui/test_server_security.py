@@ -46,7 +46,9 @@ def layout(tmp_path):
     os.symlink(proj / "main.py", proj / "alias.py")
     os.symlink(secret_dir / "key.txt", proj / "evil.py")
     (proj / "sub").mkdir()
+    os.symlink(proj / "main.py", proj / "sub" / "up.py")  # target under the program's cwd
     files = [
+        str(proj / "sub" / "up.py"),
         str(proj / "main.py"),
         str(proj / "alias.py"),
         str(proj / "evil.py"),
@@ -86,7 +88,7 @@ def test_requests_without_the_token_are_refused(layout):
         assert b"profile" not in body and b"cpu_time" not in body
     status, body = request(server, f"/{t}/api/info")
     assert status == 200
-    assert json.loads(body)["profiles"][0]["nodes"] == 7
+    assert json.loads(body)["profiles"][0]["nodes"] == 8
 
 
 def test_each_run_gets_its_own_token(tmp_path):
@@ -120,9 +122,10 @@ def test_dotdot_and_symlinks_outside_are_refused(layout):
     status, body = source(server, str(proj / "evil.py"))
     assert status == 403 and "symlink" in body["error"]
     assert "SECRET" not in json.dumps(body)
-    # a symlink that stays in its own folder is fine
-    status, body = source(server, str(proj / "alias.py"))
-    assert status == 200 and body["text"] == "print('hello')\n"
+    # a symlink that stays in its own folder, or under the profiled program's cwd, is fine
+    for f in (proj / "alias.py", proj / "sub" / "up.py"):
+        status, body = source(server, str(f))
+        assert status == 200 and body["text"] == "print('hello')\n"
 
 
 def test_static_files_cannot_escape_the_app_folder(layout):

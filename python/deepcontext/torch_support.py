@@ -161,6 +161,10 @@ def deactivate() -> None:
         except Exception:
             pass
     _hook_handles.clear()
+    st = getattr(_tls, "modules", None)
+    if st is not None:
+        st.stack.clear()
+        st.cell.value = 0
     _unpatch_torch_profiler()
     if _installed and _lib is not None:
         ops, matched, unmatched = stats()
@@ -330,66 +334,72 @@ def _root_name(module) -> str:
     return type(module).__name__
 
 
-def _module_frame(lib, module, parent, parent_path: str | None) -> tuple[int, str]:
-    key = id(module)
-    entry = _paths.get(key)
-    pid = id(parent) if parent is not None else None
-    if entry is not None and entry[0]() is module and entry[1] == pid:
-        return entry[2], entry[3]
-    if parent is None:
+def _module_entry(lib, module, parent_entry):
+    """(weakref, id(parent), frame id, path) for module called inside parent_entry's module."""
+    pid = id(parent_entry[4]) if parent_entry is not None else None
+    if parent_entry is None:
         path = _root_name(module)
     else:
         name = None
-        for k, v in parent._modules.items():
+        for k, v in parent_entry[4]._modules.items():
             if v is module:
                 name = k
                 break
-        path = f"{parent_path}.{name}" if name is not None else type(module).__name__
+        path = f"{parent_entry[3]}.{name}" if name is not None else type(module).__name__
     fid = lib.dctx_torch_module_frame(path.encode())
     if len(_paths) > 100000:
         _paths.clear()
-    _paths[key] = (weakref.ref(module), pid, fid, path)
-    return fid, path
+    entry = (weakref.ref(module), pid, fid, path)
+    _paths[id(module)] = entry
+    return entry
+
+
+class _ThreadModules:
+    """The calling thread's running modules and its view of the adapter's module cell."""
+
+    __slots__ = ("stack", "cell")
+
+    def __init__(self, lib):
+        self.stack: list = []  # (weakref, id(parent), frame id, path, module) per running module
+        self.cell = ctypes.c_uint32.from_address(lib.dctx_torch_module_cell())
 
 
 def _install_module_hooks(lib) -> None:
     from torch.nn.modules import module as nn_module
 
-    push = lib.dctx_torch_module_push
-    pop = lib.dctx_torch_module_pop
-
     def pre_hook(module, args):
         if not _installed:
             return None
-        stack = getattr(_tls, "stack", None)
-        if stack is None:
-            stack = _tls.stack = []
-        if stack:
-            parent, parent_path, _ = stack[-1]
-        else:
-            parent, parent_path = None, None
-        fid, path = _module_frame(lib, module, parent, parent_path)
-        stack.append((module, path, push(fid)))
+        try:
+            st = _tls.modules
+        except AttributeError:
+            st = _tls.modules = _ThreadModules(lib)
+        stack = st.stack
+        parent = stack[-1] if stack else None
+        entry = _paths.get(id(module))
+        if (
+            entry is None
+            or entry[0]() is not module
+            or entry[1] != (id(parent[4]) if parent is not None else None)
+        ):
+            entry = _module_entry(lib, module, parent)
+        stack.append((*entry, module))
+        st.cell.value = entry[2]
         return None
 
     def post_hook(module, args, output):
-        stack = getattr(_tls, "stack", None)
-        if not stack:
+        st = getattr(_tls, "modules", None)
+        if st is None or not st.stack:
             return None
-        top = stack[-1]
-        if top[0] is module:
+        stack = st.stack
+        if stack[-1][4] is module:
             stack.pop()
-            if _installed:
-                pop(top[2])
-            return None
-        # After an exception inside a child (always_call): unwind to this module's own entry.
-        for i in range(len(stack) - 2, -1, -1):
-            if stack[i][0] is module:
-                depth = stack[i][2]
-                del stack[i:]
-                if _installed:
-                    pop(depth)
-                break
+        else:  # an exception inside a child (always_call): unwind to this module's own entry
+            for i in range(len(stack) - 2, -1, -1):
+                if stack[i][4] is module:
+                    del stack[i:]
+                    break
+        st.cell.value = stack[-1][2] if stack else 0
         return None
 
     _hook_handles.append(nn_module.register_module_forward_pre_hook(pre_hook))
@@ -441,10 +451,8 @@ def _bind(lib) -> None:
     lib.dctx_torch_disable_in_child.argtypes = []
     lib.dctx_torch_module_frame.restype = u32
     lib.dctx_torch_module_frame.argtypes = [ctypes.c_char_p]
-    lib.dctx_torch_module_push.restype = i32
-    lib.dctx_torch_module_push.argtypes = [u32]
-    lib.dctx_torch_module_pop.restype = None
-    lib.dctx_torch_module_pop.argtypes = [i32]
+    lib.dctx_torch_module_cell.restype = ctypes.c_void_p
+    lib.dctx_torch_module_cell.argtypes = []
     p64 = ctypes.POINTER(ctypes.c_uint64)
     lib.dctx_torch_stats.restype = None
     lib.dctx_torch_stats.argtypes = [p64, p64, p64]

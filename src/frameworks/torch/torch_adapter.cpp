@@ -158,7 +158,9 @@ constexpr size_t kNameSlots = 512;
 struct ThreadState {
   uint32_t generation = 0;
   std::vector<OpEntry> ops;
-  std::vector<uint32_t> modules; // nn.Module path frames pushed by the Python hooks
+  // Frame of the innermost nn.Module running on this thread (0: none), written by the Python
+  // forward hooks through a ctypes view of this field (dctx_torch_module_cell).
+  uint32_t module_frame = 0;
   NameSlot name_cache[kNameSlots];
   std::unordered_map<std::string, uint32_t> names;
   std::unordered_map<uint64_t, uint32_t> shape_frames; // (name frame, shapes hash) -> frame
@@ -171,7 +173,7 @@ struct ThreadState {
   void reset(uint32_t gen) {
     generation = gen;
     ops.clear();
-    modules.clear();
+    module_frame = 0;
     for (auto& s : name_cache) s = NameSlot();
     names.clear();
     shape_frames.clear();
@@ -429,10 +431,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     }
   }
   if (node == 0) {
-    if (ts.ops.empty() && !ts.modules.empty()) {
+    if (ts.ops.empty() && ts.module_frame != 0) {
       // Outermost operator inside an nn.Module: python frames -> module path -> operator.
       dctx_node base = dctx_current();
-      dctx_node mod = dctx_child(base, ts.modules.back());
+      dctx_node mod = dctx_child(base, ts.module_frame);
       node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(mod, frame));
     } else {
       node = dctx_enter_id(DCTX_DOMAIN_OPERATOR, frame);
@@ -600,23 +602,13 @@ DCTX_EXPORT void dctx_torch_disable_in_child(void) {
   g_mem_enabled.store(false);
 }
 
-/* nn.Module path frames, pushed and popped by the Python forward hooks of the calling thread. */
+/* nn.Module path frames (kind MODULE) for the Python forward hooks. */
 DCTX_EXPORT uint32_t dctx_torch_module_frame(const char* path) {
   return frame_for(DCTX_FRAME_MODULE, path, nullptr);
 }
 
-DCTX_EXPORT int dctx_torch_module_push(uint32_t frame) {
-  ThreadState& ts = tls();
-  ts.modules.push_back(frame);
-  return int(ts.modules.size());
-}
-
-/* Pops back to depth-1 entries (depth as returned by the matching push). */
-DCTX_EXPORT void dctx_torch_module_pop(int depth) {
-  ThreadState& ts = tls();
-  size_t keep = depth > 0 ? size_t(depth - 1) : 0;
-  if (ts.modules.size() > keep) ts.modules.resize(keep);
-}
+/* Address of the calling thread's current-module frame id; the Python hooks set it. */
+DCTX_EXPORT uint32_t* dctx_torch_module_cell(void) { return &tls().module_frame; }
 
 /* Counters for tests and notes: operators seen, backward records matched / not matched. */
 DCTX_EXPORT void dctx_torch_stats(uint64_t* ops, uint64_t* bwd_matched, uint64_t* bwd_unmatched) {

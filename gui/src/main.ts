@@ -468,9 +468,9 @@ class App {
     const num = tree.inc[spec.num];
     const numx = tree.exc[spec.num];
     const cols: Column[] = [
-      { id: "inc", label: spec.den ? `${spec.label} (incl)` : "inclusive", value: (n) => val(tree, spec, "inc", n), unit, title: `${spec.label}, inclusive` },
+      { id: "inc", label: "inclusive", value: (n) => val(tree, spec, "inc", n), unit, title: `${spec.label}, inclusive` },
       { id: "incp", label: "incl %", value: (n) => num?.[n] ?? 0, unit, total: totalW, title: "inclusive, % of the profile's total" },
-      { id: "exc", label: spec.den ? `${spec.label} (excl)` : "exclusive", value: (n) => val(tree, spec, "exc", n), unit, title: `${spec.label}, exclusive` },
+      { id: "exc", label: "exclusive", value: (n) => val(tree, spec, "exc", n), unit, title: `${spec.label}, exclusive` },
       { id: "excp", label: "excl %", value: (n) => numx?.[n] ?? 0, unit, total: totalW, title: "exclusive, % of the profile's total" },
     ];
     for (const m of tree.metrics) {

@@ -83,8 +83,9 @@ export class TreeTable {
     this.body = document.createElement("div");
     this.body.className = "tbody";
     this.spacer.appendChild(this.body);
-    this.viewport.appendChild(this.spacer);
-    this.el.append(this.head, this.viewport);
+    // the header sits inside the scroller (sticky at the top) so it scrolls sideways with the rows
+    this.viewport.append(this.head, this.spacer);
+    this.el.append(this.viewport);
     host.appendChild(this.el);
     this.viewport.addEventListener("scroll", () => this.paint());
     this.body.addEventListener("click", (ev) => {
@@ -106,7 +107,8 @@ export class TreeTable {
 
   set(opts: TableOptions): void {
     this.opts = opts;
-    this.template = `minmax(240px, 1fr) ${opts.columns.map(() => "110px").join(" ")}`;
+    this.template = `minmax(280px, 1fr) ${opts.columns.map(() => "104px").join(" ")}`;
+    this.el.style.setProperty("--minw", `${280 + 104 * opts.columns.length}px`);
     this.head.replaceChildren();
     this.head.style.gridTemplateColumns = this.template;
     this.el.style.setProperty("--cols", this.template);
@@ -177,7 +179,7 @@ export class TreeTable {
   scrollToNode(node: number): void {
     const i = this.rows.indexOf(node);
     if (i < 0) return;
-    const top = i * ROW_H;
+    const top = i * ROW_H + this.head.offsetHeight;
     const vh = this.viewport.clientHeight;
     if (top < this.viewport.scrollTop || top > this.viewport.scrollTop + vh - ROW_H) this.viewport.scrollTop = Math.max(0, top - vh / 3);
     this.paint();
@@ -193,7 +195,7 @@ export class TreeTable {
     if (!o) return;
     const t = o.tree;
     const vh = this.viewport.clientHeight || 600;
-    const first = Math.max(0, Math.floor(this.viewport.scrollTop / ROW_H) - 5);
+    const first = Math.max(0, Math.floor((this.viewport.scrollTop - this.head.offsetHeight) / ROW_H) - 5);
     const last = Math.min(this.rows.length, first + Math.ceil(vh / ROW_H) + 10);
     this.body.style.transform = `translateY(${first * ROW_H}px)`;
     const need = last - first;

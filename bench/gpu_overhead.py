@@ -26,6 +26,13 @@ import time
 
 WORKLOADS = ("transformer", "resnet18", "dlrm")
 MODES = ("baseline", "torch.profiler", "deepcontext")
+# deepcontext configurations: session options. The partial ones show where the cost goes.
+DEEPCONTEXT_MODES = {
+    "deepcontext": {},
+    "deepcontext-gpu-only": {"torch": False},
+    "deepcontext-no-gpu": {"gpu": False},
+    "deepcontext-no-sampling": {"interval_ms": 1e6, "wall": False},
+}
 WARMUP = 10
 
 
@@ -98,19 +105,22 @@ def build(name: str):
     return step
 
 
-def torch_kernel_ns(prof) -> float:
-    """Kernel time (ns) of a finished torch.profiler, copies and memsets excluded."""
+def torch_kernels(prof) -> tuple[float, int]:
+    """Kernel time (ns) and count of a finished torch.profiler, copies and memsets excluded."""
     from torch.autograd import DeviceType
 
-    total = 0.0
+    total, count = 0.0, 0
     for e in prof.profiler.kineto_results.events():
         if e.device_type() != DeviceType.CUDA:
             continue
-        name = e.name()
-        if name.startswith(("Memcpy", "Memset")):
+        # GPU-side ranges of record_function scopes (e.g. Optimizer.step#SGD.step) span kernels.
+        if getattr(e, "is_user_annotation", lambda: False)():
+            continue
+        if e.name().startswith(("Memcpy", "Memset")):
             continue
         total += e.duration_ns()
-    return total
+        count += 1
+    return total, count
 
 
 def attribution(path: str, user_file: str) -> dict:
@@ -119,6 +129,7 @@ def attribution(path: str, user_file: str) -> dict:
     prof = profile.load(path)
     total = prof.total("gpu_time") if "gpu_time" in prof.metrics else 0.0
     line_and_op = backward = backward_placed = 0.0
+    unplaced: dict[str, float] = {}
     for n in prof.nodes():
         if n.frame.kind != "kernel":
             continue
@@ -128,6 +139,9 @@ def attribution(path: str, user_file: str) -> dict:
         op = any(f.kind == "operator" and f.name.startswith("aten::") for f in frames)
         if user and op:
             line_and_op += t
+        else:
+            key = " > ".join(f.name[:60] for f in frames if f.kind != "python")
+            unplaced[key] = unplaced.get(key, 0.0) + t
         on_autograd_thread = frames and frames[0].kind == "thread"
         under_backward = any(f.kind == "backward" for f in frames)
         if on_autograd_thread or under_backward:
@@ -140,7 +154,9 @@ def attribution(path: str, user_file: str) -> dict:
         "under_line_and_op": line_and_op / total if total else 0.0,
         "backward_under_forward": backward_placed / backward if backward else 0.0,
         "gpu_stats": stats,
+        "kernels_seen": stats.get("kernels", 0),
         "nodes": len(prof),
+        "top_unplaced": sorted(((t / total, k) for k, t in unplaced.items()), reverse=True)[:6],
         "notes": prof.notes,
     }
 
@@ -161,6 +177,7 @@ def child(args) -> int:
             step()  # ends with loss.item(): the step's GPU work is done
             times.append(time.perf_counter() - t0)
 
+    w0 = time.perf_counter()
     if args.mode == "baseline":
         measured()
     elif args.mode == "torch.profiler":
@@ -168,17 +185,19 @@ def child(args) -> int:
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
             measured()
-        result["kernel_ns"] = torch_kernel_ns(p)
+        result["window_s"] = time.perf_counter() - w0
+        result["kernel_ns"], result["kernels"] = torch_kernels(p)
     else:
         from deepcontext import session
 
-        session.start(args.output)
+        session.start(args.output, **DEEPCONTEXT_MODES[args.mode])
         measured()
         session.stop()
+    result.setdefault("window_s", time.perf_counter() - w0)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["median_step_s"] = statistics.median(times)
     result["total_s"] = sum(times)
-    if args.mode == "deepcontext":
+    if args.mode in DEEPCONTEXT_MODES and args.mode != "deepcontext-no-gpu":
         result["profile_mb"] = os.path.getsize(args.output) / 2**20
         result.update(attribution(args.output, os.path.abspath(__file__)))
     print("RESULT " + json.dumps(result), flush=True)
@@ -208,6 +227,12 @@ def main() -> int:
     ap.add_argument("--long-steps", type=int, default=600, help="0: skip the long-run RSS check")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--json", help="write all results here")
+    ap.add_argument(
+        "--extra-modes",
+        default="",
+        help="comma-separated partial deepcontext configurations to add: "
+        + ", ".join(m for m in DEEPCONTEXT_MODES if m != "deepcontext"),
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
@@ -227,9 +252,10 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.workloads.split(","):
-            runs: dict[str, list] = {m: [] for m in MODES}
+            modes = [*MODES, *filter(None, args.extra_modes.split(","))]
+            runs: dict[str, list] = {m: [] for m in modes}
             for _ in range(args.runs):
-                for m in MODES:  # interleaved, so drift hits every configuration alike
+                for m in modes:  # interleaved, so drift hits every configuration alike
                     runs[m].append(run_child(w, m, args.steps, tmp))
             if args.long_steps:
                 runs["deepcontext-long"] = [run_child(w, "deepcontext", args.long_steps, tmp)]
@@ -251,15 +277,21 @@ def summary_row(w: str, runs: dict) -> str:
     base = _med(runs["baseline"], "median_step_s")
     tp = _med(runs["torch.profiler"], "median_step_s") / base
     dc = _med(runs["deepcontext"], "median_step_s") / base
-    return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x"
+    extra = "".join(
+        f", {m} {_med(r, 'median_step_s') / base:.3f}x"
+        for m, r in runs.items()
+        if m in DEEPCONTEXT_MODES and m != "deepcontext"
+    )
+    return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x{extra}"
 
 
 def summary_table(results: dict) -> str:
     head = (
         "| workload | base step ms | torch.profiler | deepcontext | RSS +MB torch.profiler | "
         f"RSS +MB deepcontext | RSS +MB deepcontext {results['steps']}->long | gpu_time / "
-        "torch.profiler kernels | under line+aten | backward under forward |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "torch.profiler kernels (count) | under line+aten | backward under forward | window "
+        "incl. start/stop: torch.profiler / deepcontext |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     rows = [head]
     for w, runs in results["workloads"].items():
@@ -269,12 +301,15 @@ def summary_table(results: dict) -> str:
         long = runs.get("deepcontext-long")
         growth = f"{long[0]['peak_rss_mb'] - _med(dc, 'peak_rss_mb'):+.0f}" if long else "-"
         ratio = _med(dc, "gpu_time_ns") / _med(tp, "kernel_ns")
+        counts = f"{_med(dc, 'kernels_seen'):.0f}/{_med(tp, 'kernels'):.0f}"
+        window0 = _med(runs["baseline"], "window_s")
         rows.append(
             f"| {w} | {base * 1e3:.2f} | {_med(tp, 'median_step_s') / base:.3f}x | "
             f"{_med(dc, 'median_step_s') / base:.3f}x | {_med(tp, 'peak_rss_mb') - rss0:+.0f} | "
-            f"{_med(dc, 'peak_rss_mb') - rss0:+.0f} | {growth} | {ratio:.4f} | "
+            f"{_med(dc, 'peak_rss_mb') - rss0:+.0f} | {growth} | {ratio:.4f} ({counts}) | "
             f"{_med(dc, 'under_line_and_op') * 100:.2f}% | "
-            f"{_med(dc, 'backward_under_forward') * 100:.2f}% |"
+            f"{_med(dc, 'backward_under_forward') * 100:.2f}% | "
+            f"{_med(tp, 'window_s') / window0:.3f}x / {_med(dc, 'window_s') / window0:.3f}x |"
         )
     return "\n".join(rows)
 

@@ -141,7 +141,12 @@ ApiInfo Processor::make_api(std::string_view cupti_name) const {
 void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation,
                           dctx_node context, uint64_t now_ns) {
   if (state.depth++ == 0) {
-    state.node = dctx_child(context, api.frame);
+    if (state.cached_frame != api.frame || state.cached_context != context || state.cached_node == 0) {
+      state.cached_node = dctx_child(context, api.frame);
+      state.cached_context = context;
+      state.cached_frame = api.frame;
+    }
+    state.node = state.cached_node;
     state.info = &api;
     state.enter_ns = now_ns;
     state.captured = false;

@@ -39,6 +39,10 @@ struct ThreadState {
   const ApiInfo *info = nullptr;
   uint64_t enter_ns = 0;
   bool captured = false; /* a launch recorded into a graph under stream capture: no record comes */
+  /* Launches repeat from one context (an operator's kernels): the last (context, API) -> node. */
+  dctx_node cached_context = 0;
+  uint32_t cached_frame = 0;
+  dctx_node cached_node = 0;
 };
 
 /* correlation id -> node, bounded: a fixed ring indexed by the id, each slot one atomic word

@@ -40,6 +40,7 @@ _installed = False
 _hook_handles: list = []
 _fork_registered = False
 _in_forked_child = False
+_said = False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -202,7 +203,10 @@ def _on_torch_imported() -> None:
             _core().note(msg)
         except Exception:
             pass
-        print(f"deepcontext: {msg}", file=sys.stderr)
+        global _said
+        if not _said:  # once per process, however many sessions
+            _said = True
+            print(f"deepcontext: {msg}", file=sys.stderr)
 
 
 class _WorkerExit:

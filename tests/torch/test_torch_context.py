@@ -280,3 +280,46 @@ def test_adapter_builds_on_first_use_into_cache(tmp_path):
     assert path.startswith(str(tmp_path / "deepcontext" / "torch-adapter-"))
     assert first.stderr.count("compiling the PyTorch adapter") == 1
     assert "compiling" not in second.stderr and second.stdout.strip() == path
+
+
+THREAD_PROGRAM = """
+import threading
+import torch
+
+m = torch.nn.Linear(32, 32)
+out = {}
+
+def forward():
+    out["y"] = m(torch.randn(8, 32))  # FORWARD
+
+t = threading.Thread(target=forward, name="fwd")
+t.start()
+t.join()
+out["y"].sum().backward()  # BACKWARD
+"""
+
+
+def test_backward_on_another_thread_goes_under_its_forward(tmp_path):
+    prog = write_program(tmp_path, THREAD_PROGRAM)
+    out = tmp_path / "thr.dctx"
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    fwd_line = line_of(prog, "# FORWARD")
+    nodes = [n for n in p.find("AddmmBackward0") if has_line(n, "prog.py", fwd_line)]
+    assert nodes and nodes[0].parent.frame.kind == "backward"
+    # the engine's own frames stay under the line that called backward()
+    bwd_line = line_of(prog, "# BACKWARD")
+    engine = [n for n in p.find(regex=r"^autograd::engine::evaluate_function: AddmmBackward0")]
+    assert engine and all(has_line(n, "prog.py", bwd_line) for n in engine)
+
+
+def test_flags_turn_parts_off(tmp_path):
+    prog = write_program(tmp_path, MEMORY_PROGRAM)
+    out = tmp_path / "off.dctx"
+    run_deepcontext(tmp_path, "-q", "--no-torch-memory", "--no-modules", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    assert p.find("aten::ones") and not p.find(kind="module")
+    assert "peak_bytes" not in p.metric_names() or p.total("peak_bytes") == 0
+    out2 = tmp_path / "none.dctx"
+    run_deepcontext(tmp_path, "-q", "--no-torch", "-o", str(out2), str(prog))
+    assert not dprof.load(out2).find("aten::ones")

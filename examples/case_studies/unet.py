@@ -36,7 +36,7 @@ class UNet(nn.Module):
             skips.append(x)
             x = nn.functional.max_pool2d(x, 2)
         x = self.mid(x)
-        for up, dec in zip(self.ups, self.dec):
+        for up, dec in zip(self.ups, self.dec, strict=True):
             x = dec(torch.cat([up(x), skips.pop()], 1))
         return self.out(x)
 

@@ -83,6 +83,12 @@ void dctx_exit(dctx_domain domain);
 /* The unified call path of the calling thread: the top of its context stack, or, when the stack is
  * empty, its current Python stack (root if it runs no Python). */
 dctx_node dctx_current(void);
+/* Work done meanwhile by threads that run no Python and push no context of their own (XLA's and
+ * OpenMP's pools, intra-op threads) is attributed under this node, below a thread frame; 0 clears.
+ * A layer sets it around a call that fans out to such threads (e.g. a jitted JAX call). */
+void dctx_set_worker_context(dctx_node node);
+dctx_node dctx_worker_context(void);
+
 /* Depth of the calling thread's context stack (0 = no framework/GPU/scope frame open). */
 size_t dctx_stack_depth(void);
 

@@ -8,7 +8,7 @@ native core (deepcontext._core) is imported lazily so reading profiles needs no 
 from __future__ import annotations
 
 from .scope import scope
-from .session import start, stop, is_active, flush
+from .session import flush, is_active, start, stop
 
 __version__ = "0.1.0"
 
@@ -20,5 +20,6 @@ def __getattr__(name):
 
         return getattr(profile, name)
     raise AttributeError(name)
+
 
 __all__ = ["Profile", "load", "scope", "start", "stop", "is_active", "flush", "__version__"]

@@ -1,7 +1,6 @@
 """Errors that the CLI prints as one line (no traceback) before exiting non-zero."""
 
 
-
 class ProfileError(Exception):
     """A file that is not a readable .dctx profile (missing, corrupt, foreign, newer version)."""
 

@@ -11,8 +11,8 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 FORMAT_VERSION = 1
 APPLICATION_ID = 0x44435458  # "DCTX"
@@ -148,10 +148,14 @@ def _open(path: str) -> sqlite3.Connection:
         raise ProfileError(f"{path}: corrupt profile ({e})") from None
     if app_id != APPLICATION_ID:
         con.close()
-        raise ProfileError(f"{path}: not a DeepContext profile (SQLite file of another application)")
+        raise ProfileError(
+            f"{path}: not a DeepContext profile (SQLite file of another application)"
+        )
     if version != FORMAT_VERSION:
         con.close()
-        raise ProfileError(f"{path}: profile format version {version}, this reader knows {FORMAT_VERSION}")
+        raise ProfileError(
+            f"{path}: profile format version {version}, this reader knows {FORMAT_VERSION}"
+        )
     return con
 
 
@@ -180,7 +184,9 @@ class Profile:
             "SELECT id, kind, name, file, line, module FROM frames"
         ):
             kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
-            frames[fid] = Frame(kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, ""))
+            frames[fid] = Frame(
+                kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
+            )
         frames.setdefault(0, Frame("root", "", "", 0, ""))
         self.frames = frames
         rows = con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall()
@@ -298,7 +304,9 @@ class Profile:
             if pat is not None and not (pat.search(f.name) or pat.search(f.label())):
                 continue
             wanted.add(fid)
-        return [Node(self, i) for i in range(1, len(self.node_frame)) if self.node_frame[i] in wanted]
+        return [
+            Node(self, i) for i in range(1, len(self.node_frame)) if self.node_frame[i] in wanted
+        ]
 
     def hot_path(self, metric: str | None = None) -> list[Node]:
         """Follow the heaviest child from the root while it holds at least half its parent."""
@@ -310,7 +318,10 @@ class Profile:
             if not kids:
                 break
             best = max(kids, key=lambda c: self.inclusive(c, metric))
-            if self.inclusive(best, metric) < 0.5 * self.inclusive(n, metric) or self.inclusive(best, metric) <= 0:
+            if (
+                self.inclusive(best, metric) < 0.5 * self.inclusive(n, metric)
+                or self.inclusive(best, metric) <= 0
+            ):
                 break
             path.append(Node(self, best))
             n = best

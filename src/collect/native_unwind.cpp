@@ -60,11 +60,11 @@ bool native_unwind_install() {
   return true;
 }
 
-size_t native_unwind_thread(pthread_t thread, pid_t tid, uintptr_t *out, size_t max) {
+size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max) {
   if (!g_signal) return 0;
   g_count.store(-1, std::memory_order_relaxed);
   g_target.store(tid, std::memory_order_release);
-  if (pthread_kill(thread, g_signal) != 0) {
+  if (syscall(SYS_tgkill, getpid(), tid, g_signal) != 0) {
     g_target.store(0);
     return 0;
   }

@@ -10,9 +10,9 @@
 namespace dctx {
 
 bool native_unwind_install();
-// Signals thread (tid) and waits up to timeout for its stack; returns the number of pcs
-// (innermost first) copied into out, 0 on failure.
-size_t native_unwind_thread(pthread_t thread, pid_t tid, uintptr_t *out, size_t max);
+// Signals the thread with kernel id tid and waits up to timeout for its stack; returns the number
+// of pcs (innermost first) copied into out, 0 on failure.
+size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max);
 
 struct NativeFrame {
   uint32_t frame_id;

@@ -1,13 +1,21 @@
 #include "sampler.h"
 
 #include <Python.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -34,6 +42,15 @@ struct Sampled {
   bool seen = false;
 };
 
+// A thread that runs no Python (XLA/OpenMP/intra-op pools, autograd device threads).
+struct NativeThread {
+  clockid_t clock{};
+  uint64_t last_cpu = 0;
+  uint32_t frame = 0;
+  bool skip = false;  // our own threads
+  bool seen = false;
+};
+
 struct State {
   SamplerOptions opts;
   std::thread thread;
@@ -42,6 +59,10 @@ struct State {
   bool stop = false;
   bool running = false;
   std::unordered_map<unsigned long, Sampled> threads;
+  std::unordered_map<pid_t, NativeThread> native_threads;
+  std::vector<pid_t> python_tids;  // kernel ids of the threads sampled through their tstate
+  pid_t self_tid = 0;
+  std::string process_comm;
   bool counters_ok = true;
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr;
   uint64_t last_wall = 0;
@@ -76,10 +97,10 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
 #if PY_VERSION_HEX >= 0x030B0000
   pid_t tid = static_cast<pid_t>(ts->native_thread_id);
 #else
-  pid_t tid = 0;
+  pid_t tid = 0;  // 3.10 keeps no kernel id in the tstate: no native frames there
 #endif
   uintptr_t pcs[256];
-  size_t np = native_unwind_thread(static_cast<pthread_t>(ts->thread_id), tid, pcs, 256);
+  size_t np = native_unwind_thread(tid, pcs, 256);
   // pcs are innermost first. Frames inner to the innermost eval-loop frame were called by the
   // innermost Python frame (numpy's C code under the Python line). Without Python frames, all
   // native frames are kept.
@@ -101,9 +122,16 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
 void tick(State &s, uint64_t wall_delta) {
   PyThreadState *self = PyThreadState_Get();
   PyInterpreterState *interp = PyThreadState_GetInterpreter(self);
+  s.python_tids.clear();
+#if PY_VERSION_HEX >= 0x030B0000
+  s.python_tids.push_back(static_cast<pid_t>(self->native_thread_id));
+#endif
   for (auto &[id, st] : s.threads) st.seen = false;
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts; ts = PyThreadState_Next(ts)) {
     if (ts == self) continue;
+#if PY_VERSION_HEX >= 0x030B0000
+    s.python_tids.push_back(static_cast<pid_t>(ts->native_thread_id));
+#endif
     auto [it, fresh] = s.threads.try_emplace(ts->thread_id);
     Sampled &st = it->second;
     st.seen = true;
@@ -150,7 +178,83 @@ void tick(State &s, uint64_t wall_delta) {
   }
 }
 
+std::string read_comm(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/comm", int(tid));
+  std::string out;
+  if (FILE *f = std::fopen(path, "re")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) out = buf;
+    std::fclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// Threads without Python: CPU time by their kernel clock, placed under their own context stack
+// (a layer pushed operators there), else under the worker context a layer set around a call that
+// fans out to them, else under the root; below a thread frame named by the thread's comm. Runs
+// without the GIL. 3.10 keeps no kernel id in the tstate, so this needs 3.11+.
+void tick_native(State &s) {
+#if PY_VERSION_HEX >= 0x030B0000
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir) return;
+  std::sort(s.python_tids.begin(), s.python_tids.end());
+  for (auto &[tid, t] : s.native_threads) t.seen = false;
+  while (dirent *e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    auto tid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (tid == s.self_tid || std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid))
+      continue;
+    auto [it, fresh] = s.native_threads.try_emplace(tid);
+    NativeThread &t = it->second;
+    t.seen = true;
+    if (fresh) {
+      // The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
+      // clock_gettime accepts for any thread of this process.
+      t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+      t.last_cpu = now_ns(t.clock);
+      std::string comm = read_comm(tid);
+      t.skip = comm.rfind("dctx-", 0) == 0;
+      if (comm.empty() || comm == s.process_comm) comm = "native thread";
+      t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
+      continue;
+    }
+    if (t.skip) continue;
+    uint64_t cpu = now_ns(t.clock);
+    uint64_t delta = cpu > t.last_cpu ? cpu - t.last_cpu : 0;
+    t.last_cpu = cpu;
+    if (delta == 0) continue;
+    uint64_t top = 0;
+    with_thread_context_tid(tid, [&](ThreadContext *c) { top = c ? c->top.load() : 0; });
+    dctx_node node;
+    if (top) {
+      node = static_cast<dctx_node>((top - 1) >> 32);
+    } else {
+      uint64_t w = g_worker_context.load(std::memory_order_acquire);
+      node = tree().child(w ? static_cast<dctx_node>(w - 1) : 0, t.frame);
+    }
+    if (s.opts.native) {
+      uintptr_t pcs[256];
+      size_t np = native_unwind_thread(tid, pcs, 256);
+      for (size_t i = np; i-- > 0;) node = tree().child(node, symbolize(pcs[i]).frame_id);
+    }
+    tree().add(node, s.m_cpu, double(delta));
+    tree().add(node, s.m_samples, 1);
+  }
+  closedir(dir);
+  for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
+    it = it->second.seen ? std::next(it) : s.native_threads.erase(it);
+  }
+#else
+  (void)s;
+#endif
+}
+
 void loop(State *s) {
+  pthread_setname_np(pthread_self(), "dctx-sampler");
+  s->self_tid = static_cast<pid_t>(syscall(SYS_gettid));
+  s->process_comm = read_comm(static_cast<pid_t>(getpid()));
   auto next = std::chrono::steady_clock::now();
   s->last_wall = now_ns(CLOCK_MONOTONIC);
   std::unique_lock lock(s->mu);
@@ -168,6 +272,7 @@ void loop(State *s) {
       s->last_wall = wall;
       tick(*s, wall_delta);
       PyGILState_Release(gs);
+      tick_native(*s);
     }
     lock.lock();
   }
@@ -207,6 +312,7 @@ void sampler_stop() {
   if (save) PyEval_RestoreThread(save);
   for (auto &[id, st] : g->threads) st.counters.close();
   g->threads.clear();
+  g->native_threads.clear();
   g->running = false;
 }
 

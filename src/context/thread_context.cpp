@@ -1,6 +1,8 @@
 #include "thread_context.h"
 
 #include <Python.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <string>
@@ -14,18 +16,32 @@ namespace {
 std::mutex g_registry_mu;
 std::unordered_map<pthread_t, ThreadContext *> *g_registry =
     new std::unordered_map<pthread_t, ThreadContext *>();
+std::unordered_map<pid_t, ThreadContext *> *g_by_tid =
+    new std::unordered_map<pid_t, ThreadContext *>();
 }  // namespace
 
-ThreadContext::ThreadContext() : thread(pthread_self()) {
+std::atomic<uint64_t> g_worker_context{0};
+
+ThreadContext::ThreadContext()
+    : thread(pthread_self()), tid(static_cast<pid_t>(syscall(SYS_gettid))) {
   stack.reserve(64);
   std::lock_guard lock(g_registry_mu);
   (*g_registry)[thread] = this;
+  (*g_by_tid)[tid] = this;
 }
 
 ThreadContext::~ThreadContext() {
   std::lock_guard lock(g_registry_mu);
   auto it = g_registry->find(thread);
   if (it != g_registry->end() && it->second == this) g_registry->erase(it);
+  auto jt = g_by_tid->find(tid);
+  if (jt != g_by_tid->end() && jt->second == this) g_by_tid->erase(jt);
+}
+
+void with_thread_context_tid(pid_t tid, const std::function<void(ThreadContext *)> &fn) {
+  std::lock_guard lock(g_registry_mu);
+  auto it = g_by_tid->find(tid);
+  fn(it == g_by_tid->end() ? nullptr : it->second);
 }
 
 ThreadContext &this_thread_context() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +23,7 @@ struct ContextEntry {
 
 struct ThreadContext {
   pthread_t thread;
+  pid_t tid;
   std::vector<ContextEntry> stack;
   // (node << 32 | python_depth) of the top entry + 1, or 0 when the stack is empty; read by the
   // sampler thread.
@@ -35,6 +37,11 @@ ThreadContext &this_thread_context();
 // Calls fn with the context of the given thread (nullptr if it never pushed a frame) while the
 // registry lock keeps it alive.
 void with_thread_context(pthread_t thread, const std::function<void(ThreadContext *)> &fn);
+// The same, by kernel thread id (threads without Python).
+void with_thread_context_tid(pid_t tid, const std::function<void(ThreadContext *)> &fn);
+
+// The worker context (see dctx_set_worker_context): node + 1, or 0.
+extern std::atomic<uint64_t> g_worker_context;
 
 // The node of the calling thread's Python stack (thread frame first); root if no Python.
 dctx_node python_path_node(uint32_t *depth_out);

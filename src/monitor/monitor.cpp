@@ -82,6 +82,7 @@ std::string write_now(bool final) {
 }
 
 void checkpoint_loop(Session *s) {
+  pthread_setname_np(pthread_self(), "dctx-checkpoint");
   std::unique_lock lock(s->cv_mu);
   while (!s->stop_checkpoint) {
     auto period = std::chrono::milliseconds(static_cast<int64_t>(s->opts.checkpoint_s * 1000));
@@ -255,6 +256,15 @@ dctx_node dctx_current(void) {
   }
   uint32_t depth;
   return python_path_node(&depth);
+}
+
+void dctx_set_worker_context(dctx_node node) {
+  g_worker_context.store(node ? uint64_t(node) + 1 : 0, std::memory_order_release);
+}
+
+dctx_node dctx_worker_context(void) {
+  uint64_t v = g_worker_context.load(std::memory_order_acquire);
+  return v ? static_cast<dctx_node>(v - 1) : 0;
 }
 
 size_t dctx_stack_depth(void) { return this_thread_context().stack.size(); }

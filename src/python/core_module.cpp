@@ -73,6 +73,7 @@ NB_MODULE(_core, m) {
   });
   m.def("scope_exit", [] { dctx_exit(DCTX_DOMAIN_SCOPE); });
   m.def("current", [] { return dctx_current(); });
+  m.def("set_worker_context", [](uint32_t node) { dctx_set_worker_context(node); });
   m.def("stack_depth", [] { return dctx_stack_depth(); });
   m.def("set_meta",
         [](const std::string &k, const std::string &v) { dctx_set_meta(k.c_str(), v.c_str()); });

@@ -171,3 +171,47 @@ def test_without_native_there_are_no_native_frames(run_program):
     _, out = run_program(NATIVE)
     p = deepcontext.load(out)
     assert not any(n.frame.kind == "native" for n in p.nodes())
+
+
+POOL = """
+import os
+import numpy as np
+import deepcontext._core as core
+
+def fanned_out():
+    a = np.random.rand(1200, 1200)
+    core.set_worker_context(core.current())  # WORKER
+    for _ in range(10):
+        a @ a
+    core.set_worker_context(0)
+
+def unowned():
+    a = np.random.rand(1200, 1200)
+    for _ in range(5):
+        a @ a
+
+fanned_out()
+unowned()
+"""
+
+
+def test_threads_without_python_are_sampled_under_the_worker_context(run_program):
+    # OpenBLAS runs the matrix products on its own pthreads, which never run Python.
+    _, out = run_program(POOL, env={"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"})
+    p = deepcontext.load(out)
+    worker_line = line_of(POOL, "WORKER")
+    pool_nodes = [
+        n for n in p.nodes() if n.frame.kind == "thread" and n.frame.name != "MainThread"
+    ]
+    under_line = [
+        n
+        for n in pool_nodes
+        if any(f.kind == "python" and f.line == worker_line for f in n.path()[:-1])
+    ]
+    at_root = [n for n in pool_nodes if n.parent is not None and n.parent.frame.kind == "root"]
+    assert under_line, "the pool's samples belong under the line that set the worker context"
+    assert at_root, "without a worker context the pool's samples go under the root"
+    pool_cpu = sum(n.inclusive("cpu_time") for n in under_line)
+    assert pool_cpu > 0.2 * p.total("cpu_time")
+    # The sampler's own thread and the checkpoint thread never appear.
+    assert not any(n.frame.name.startswith("dctx-") for n in pool_nodes)

@@ -49,14 +49,14 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 
 enum : int {
-  kFlagShapes = 1,  // record input shapes/dtypes (needsInputs: boxing cost)
-  kFlagMemory = 2,  // attribute allocator reports
-  kFlagModules = 4, // insert nn.Module path frames (the Python side pushes them)
+  kFlagShapes = 1,   // record input shapes/dtypes (needsInputs: boxing cost)
+  kFlagMemory = 2,   // attribute allocator reports
+  kFlagModules = 4,  // insert nn.Module path frames (the Python side pushes them)
 };
 
 std::atomic<bool> g_enabled{false};
 std::atomic<bool> g_mem_enabled{false};
-std::atomic<uint32_t> g_generation{1}; // bumped on install and in a forked child
+std::atomic<uint32_t> g_generation{1};  // bumped on install and in a forked child
 int g_flags = 0;
 at::CallbackHandle g_handle = 0;
 
@@ -95,32 +95,32 @@ struct Ring {
   std::atomic<uint64_t> slots[kRingSize];
 };
 
-std::atomic<Ring*> g_rings[kMaxThreads];
+std::atomic<Ring *> g_rings[kMaxThreads];
 
 uint64_t pack(int64_t seq, dctx_node node) {
   return (uint64_t(uint32_t(seq)) << 32) | uint64_t(node);
 }
 
-Ring* ring_for(uint64_t tid, bool create) {
-  auto& cell = g_rings[tid % kMaxThreads];
-  Ring* r = cell.load(std::memory_order_acquire);
+Ring *ring_for(uint64_t tid, bool create) {
+  auto &cell = g_rings[tid % kMaxThreads];
+  Ring *r = cell.load(std::memory_order_acquire);
   if (r != nullptr) return r->tid == tid ? r : nullptr;
   if (!create) return nullptr;
-  auto* fresh = new Ring();
+  auto *fresh = new Ring();
   fresh->tid = tid;
-  for (auto& s : fresh->slots) s.store(0, std::memory_order_relaxed);
-  Ring* expected = nullptr;
+  for (auto &s : fresh->slots) s.store(0, std::memory_order_relaxed);
+  Ring *expected = nullptr;
   if (cell.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;
   return expected->tid == tid ? expected : nullptr;
 }
 
-void ring_put(Ring* r, int64_t seq, dctx_node node) {
+void ring_put(Ring *r, int64_t seq, dctx_node node) {
   r->slots[size_t(seq) & (kRingSize - 1)].store(pack(seq, node), std::memory_order_release);
 }
 
 dctx_node ring_get(uint64_t tid, int64_t seq) {
-  Ring* r = ring_for(tid, false);
+  Ring *r = ring_for(tid, false);
   if (r == nullptr) return 0;
   uint64_t v = r->slots[size_t(seq) & (kRingSize - 1)].load(std::memory_order_acquire);
   if ((v >> 32) != uint64_t(uint32_t(seq))) return 0;
@@ -128,10 +128,10 @@ dctx_node ring_get(uint64_t tid, int64_t seq) {
 }
 
 void rings_clear() {
-  for (auto& cell : g_rings) {
-    Ring* r = cell.load(std::memory_order_acquire);
+  for (auto &cell : g_rings) {
+    Ring *r = cell.load(std::memory_order_acquire);
     if (r == nullptr) continue;
-    for (auto& s : r->slots) s.store(0, std::memory_order_relaxed);
+    for (auto &s : r->slots) s.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -140,15 +140,15 @@ void rings_clear() {
 // ---------------------------------------------------------------------------------------------
 
 struct OpEntry {
-  const at::RecordFunction* rf;
+  const at::RecordFunction *rf;
   dctx_node node;
   int64_t start_ns;
   int64_t child_ns;
-  int64_t seq; // -1 when not recorded in the forward map
+  int64_t seq;  // -1 when not recorded in the forward map
 };
 
 struct NameSlot {
-  const char* ptr = nullptr;
+  const char *ptr = nullptr;
   std::string name;
   uint32_t frame = 0;
 };
@@ -163,18 +163,18 @@ struct ThreadState {
   uint32_t module_frame = 0;
   NameSlot name_cache[kNameSlots];
   std::unordered_map<std::string, uint32_t> names;
-  std::unordered_map<uint64_t, uint32_t> shape_frames; // (name frame, shapes hash) -> frame
-  std::unordered_map<uint32_t, std::string> shape_text; // shaped frame -> its signature
-  std::unordered_map<dctx_node, bool> shaped_nodes;     // nodes that have their "shapes" prop
-  Ring* ring = nullptr;
+  std::unordered_map<uint64_t, uint32_t> shape_frames;   // (name frame, shapes hash) -> frame
+  std::unordered_map<uint32_t, std::string> shape_text;  // shaped frame -> its signature
+  std::unordered_map<dctx_node, bool> shaped_nodes;      // nodes that have their "shapes" prop
+  Ring *ring = nullptr;
   bool debug_info_pushed = false;
-  bool yielded = false; // torch.profiler holds the allocator-report slot on this thread
+  bool yielded = false;  // torch.profiler holds the allocator-report slot on this thread
 
   void reset(uint32_t gen) {
     generation = gen;
     ops.clear();
     module_frame = 0;
-    for (auto& s : name_cache) s = NameSlot();
+    for (auto &s : name_cache) s = NameSlot();
     names.clear();
     shape_frames.clear();
     shape_text.clear();
@@ -183,22 +183,22 @@ struct ThreadState {
   }
 };
 
-ThreadState& tls() {
+ThreadState &tls() {
   static thread_local ThreadState state;
   uint32_t gen = g_generation.load(std::memory_order_relaxed);
   if (state.generation != gen) state.reset(gen);
   return state;
 }
 
-uint32_t frame_for(dctx_frame_kind kind, const char* name, const char* module) {
+uint32_t frame_for(dctx_frame_kind kind, const char *name, const char *module) {
   dctx_frame f{kind, name, nullptr, 0, module};
   return dctx_frame_id(&f);
 }
 
-uint32_t op_frame(ThreadState& ts, const char* name) {
+uint32_t op_frame(ThreadState &ts, const char *name) {
   if (name == nullptr) name = "<unnamed>";
   size_t h = (reinterpret_cast<uintptr_t>(name) >> 3) & (kNameSlots - 1);
-  NameSlot& slot = ts.name_cache[h];
+  NameSlot &slot = ts.name_cache[h];
   if (slot.ptr == name && slot.frame != 0 && slot.name == name) return slot.frame;
   std::string key(name);
   uint32_t frame;
@@ -207,7 +207,7 @@ uint32_t op_frame(ThreadState& ts, const char* name) {
     frame = it->second;
   } else {
     frame = frame_for(DCTX_FRAME_OPERATOR, name, nullptr);
-    if (ts.names.size() > 65536) ts.names.clear(); // dynamic names (user scopes): stay bounded
+    if (ts.names.size() > 65536) ts.names.clear();  // dynamic names (user scopes): stay bounded
     ts.names.emplace(key, frame);
   }
   slot.ptr = name;
@@ -217,12 +217,12 @@ uint32_t op_frame(ThreadState& ts, const char* name) {
 }
 
 // "[64, 784] float, [10] float" for the tensor inputs of an operator (scalars as their type).
-std::string describe_inputs(const at::RecordFunction& fn) {
+std::string describe_inputs(const at::RecordFunction &fn) {
   std::string out;
-  for (const c10::IValue& v : fn.inputs()) {
+  for (const c10::IValue &v : fn.inputs()) {
     if (!out.empty()) out += ", ";
     if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
+      const at::Tensor &t = v.toTensor();
       if (!t.defined()) {
         out += "undefined";
         continue;
@@ -258,7 +258,7 @@ std::string describe_inputs(const at::RecordFunction& fn) {
 struct LiveAlloc {
   dctx_node node;
   int64_t size;
-  int dev; // 0 cpu, 1 gpu
+  int dev;  // 0 cpu, 1 gpu
 };
 
 struct NodeMem {
@@ -270,17 +270,17 @@ struct NodeMem {
 };
 
 std::mutex g_mem_mu;
-std::unordered_map<uintptr_t, LiveAlloc>* g_live = nullptr;
-std::unordered_map<dctx_node, NodeMem>* g_node_mem = nullptr;
+std::unordered_map<uintptr_t, LiveAlloc> *g_live = nullptr;
+std::unordered_map<dctx_node, NodeMem> *g_node_mem = nullptr;
 std::atomic<bool> g_noted_shadowed{false};
 
 dctx_node current_node() {
-  ThreadState& ts = tls();
+  ThreadState &ts = tls();
   if (!ts.ops.empty()) return ts.ops.back().node;
   return dctx_current();
 }
 
-void report_alloc(void* ptr, int64_t size, c10::Device device) {
+void report_alloc(void *ptr, int64_t size, c10::Device device) {
   if (!g_mem_enabled.load(std::memory_order_relaxed) || ptr == nullptr || size == 0) return;
   int dev = device.is_cpu() ? 0 : 1;
   uintptr_t key = reinterpret_cast<uintptr_t>(ptr) ^ (uintptr_t(dev) << 63);
@@ -288,7 +288,7 @@ void report_alloc(void* ptr, int64_t size, c10::Device device) {
     dctx_node node = current_node();
     std::lock_guard<std::mutex> lock(g_mem_mu);
     (*g_live)[key] = LiveAlloc{node, size, dev};
-    NodeMem& m = (*g_node_mem)[node];
+    NodeMem &m = (*g_node_mem)[node];
     m.live[dev] += size;
     m.peak[dev] = std::max(m.peak[dev], m.live[dev]);
     m.pending_bytes[dev] += size;
@@ -296,7 +296,7 @@ void report_alloc(void* ptr, int64_t size, c10::Device device) {
   } else {
     std::lock_guard<std::mutex> lock(g_mem_mu);
     auto it = g_live->find(key);
-    if (it == g_live->end()) return; // allocated before we started
+    if (it == g_live->end()) return;  // allocated before we started
     auto nit = g_node_mem->find(it->second.node);
     if (nit != g_node_mem->end()) nit->second.live[dev] -= it->second.size;
     g_live->erase(it);
@@ -312,20 +312,21 @@ using ReporterBase = c10::MemoryReportingInfoBase;
 struct MemoryReporter final : ReporterBase {
 #if DCTX_HAVE_PROFILER_STATE_BASE
   MemoryReporter()
-      : ReporterBase(torch::profiler::impl::ProfilerConfig(
-            torch::profiler::impl::ProfilerState::Disabled)) {}
+      : ReporterBase(
+            torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled)) {
+  }
   torch::profiler::impl::ActiveProfilerType profilerType() override {
     return torch::profiler::impl::ActiveProfilerType::NONE;
   }
 #endif
-  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t, size_t,
+  void reportMemoryUsage(void *ptr, int64_t alloc_size, size_t, size_t,
                          c10::Device device) override {
     report_alloc(ptr, alloc_size, device);
   }
   void reportOutOfMemory(int64_t alloc_size, size_t, size_t, c10::Device device) override {
     if (!g_mem_enabled.load(std::memory_order_relaxed)) return;
-    std::string msg = "out of memory on " + device.str() + " allocating " +
-                      std::to_string(alloc_size) + " bytes";
+    std::string msg =
+        "out of memory on " + device.str() + " allocating " + std::to_string(alloc_size) + " bytes";
     dctx_note(msg.c_str());
   }
   bool memoryProfilingEnabled() const override {
@@ -333,13 +334,13 @@ struct MemoryReporter final : ReporterBase {
   }
 };
 
-std::shared_ptr<MemoryReporter>* g_reporter = nullptr;
+std::shared_ptr<MemoryReporter> *g_reporter = nullptr;
 
 // Installs the reporter on this thread if its PROFILER_STATE slot is free. Returns false when
 // another profiler (torch.profiler) holds the slot.
-void ensure_reporter(ThreadState& ts) {
+void ensure_reporter(ThreadState &ts) {
   if (ts.yielded) return;
-  c10::DebugInfoBase* cur = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+  c10::DebugInfoBase *cur = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
   if (cur == nullptr) {
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, *g_reporter);
     ts.debug_info_pushed = true;
@@ -352,7 +353,7 @@ void ensure_reporter(ThreadState& ts) {
   }
 }
 
-void flush_memory(int /*final*/, void* /*user*/) {
+void flush_memory(int /*final*/, void * /*user*/) {
   struct Out {
     dctx_node node;
     int dev;
@@ -362,7 +363,7 @@ void flush_memory(int /*final*/, void* /*user*/) {
   {
     std::lock_guard<std::mutex> lock(g_mem_mu);
     if (g_node_mem == nullptr) return;
-    for (auto& [node, m] : *g_node_mem) {
+    for (auto &[node, m] : *g_node_mem) {
       for (int dev = 0; dev < 2; ++dev) {
         int64_t dp = m.peak[dev] - m.reported_peak[dev];
         if (m.pending_count[dev] == 0 && dp <= 0) continue;
@@ -373,7 +374,7 @@ void flush_memory(int /*final*/, void* /*user*/) {
       }
     }
   }
-  for (const Out& o : out) {
+  for (const Out &o : out) {
     if (o.count > 0) {
       dctx_add(o.node, g_m_alloc_bytes[o.dev], double(o.bytes));
       dctx_add(o.node, g_m_alloc_count[o.dev], double(o.count));
@@ -386,9 +387,9 @@ void flush_memory(int /*final*/, void* /*user*/) {
 // RecordFunction callbacks
 // ---------------------------------------------------------------------------------------------
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   if (!g_enabled.load(std::memory_order_relaxed) || fn.isAsync()) return nullptr;
-  ThreadState& ts = tls();
+  ThreadState &ts = tls();
   if (g_mem_enabled.load(std::memory_order_relaxed) && ts.ops.empty()) ensure_reporter(ts);
 
   const at::RecordScope scope = fn.scope();
@@ -471,8 +472,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_end(const at::RecordFunction& fn, at::ObserverContext* /*ctx*/) {
-  ThreadState& ts = tls();
+void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
+  ThreadState &ts = tls();
   if (ts.ops.empty()) return;
   // Normally the top; tolerate out-of-order ends (e.g. a record_function left open by a generator)
   // by closing everything above the matching entry.
@@ -507,13 +508,13 @@ void fork_child() {
   if (g_node_mem != nullptr) g_node_mem->clear();
 }
 
-} // namespace
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // C interface used by deepcontext.torch_support (ctypes)
 // ---------------------------------------------------------------------------------------------
 
-DCTX_EXPORT const char* dctx_torch_built_for(void) { return DCTX_TORCH_VERSION; }
+DCTX_EXPORT const char *dctx_torch_built_for(void) { return DCTX_TORCH_VERSION; }
 
 DCTX_EXPORT int dctx_torch_api_version(void) { return DCTX_API_VERSION; }
 
@@ -584,7 +585,7 @@ DCTX_EXPORT void dctx_torch_uninstall(void) {
     dctx_unregister_flush_hook(g_flush_handle);
     g_flush_handle = 0;
   }
-  ThreadState& ts = tls();
+  ThreadState &ts = tls();
   if (ts.debug_info_pushed && g_reporter != nullptr &&
       c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get()) {
     try {
@@ -603,15 +604,15 @@ DCTX_EXPORT void dctx_torch_disable_in_child(void) {
 }
 
 /* nn.Module path frames (kind MODULE) for the Python forward hooks. */
-DCTX_EXPORT uint32_t dctx_torch_module_frame(const char* path) {
+DCTX_EXPORT uint32_t dctx_torch_module_frame(const char *path) {
   return frame_for(DCTX_FRAME_MODULE, path, nullptr);
 }
 
 /* Address of the calling thread's current-module frame id; the Python hooks set it. */
-DCTX_EXPORT uint32_t* dctx_torch_module_cell(void) { return &tls().module_frame; }
+DCTX_EXPORT uint32_t *dctx_torch_module_cell(void) { return &tls().module_frame; }
 
 /* Counters for tests and notes: operators seen, backward records matched / not matched. */
-DCTX_EXPORT void dctx_torch_stats(uint64_t* ops, uint64_t* bwd_matched, uint64_t* bwd_unmatched) {
+DCTX_EXPORT void dctx_torch_stats(uint64_t *ops, uint64_t *bwd_matched, uint64_t *bwd_unmatched) {
   if (ops) *ops = g_ops.load();
   if (bwd_matched) *bwd_matched = g_bwd_matched.load();
   if (bwd_unmatched) *bwd_unmatched = g_bwd_unmatched.load();
@@ -626,7 +627,7 @@ DCTX_EXPORT uint64_t dctx_torch_live_allocations(void) {
 /* Before torch.profiler starts on this thread: leave the PROFILER_STATE slot to it (it refuses to
  * start while the slot is taken). Returns 1 when our reporter was removed. */
 DCTX_EXPORT int dctx_torch_memory_yield(void) {
-  ThreadState& ts = tls();
+  ThreadState &ts = tls();
   ts.yielded = true;
   if (g_reporter == nullptr) return 0;
   if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != g_reporter->get())
@@ -634,20 +635,21 @@ DCTX_EXPORT int dctx_torch_memory_yield(void) {
   try {
     c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
   } catch (...) {
-    return 0; // another kind of debug info is on top: leave the chain alone
+    return 0;  // another kind of debug info is on top: leave the chain alone
   }
   ts.debug_info_pushed = false;
   if (g_mem_enabled.load() && !g_noted_shadowed.exchange(true)) {
-    dctx_note("torch: memory by call path was paused on the thread that ran torch.profiler, "
-              "while it ran (both use PyTorch's one allocator-report slot); operators were "
-              "recorded throughout");
+    dctx_note(
+        "torch: memory by call path was paused on the thread that ran torch.profiler, "
+        "while it ran (both use PyTorch's one allocator-report slot); operators were "
+        "recorded throughout");
   }
   return 1;
 }
 
 /* After torch.profiler stopped on this thread: take the slot back. */
 DCTX_EXPORT void dctx_torch_memory_resume(void) {
-  ThreadState& ts = tls();
+  ThreadState &ts = tls();
   ts.yielded = false;
   if (g_mem_enabled.load() && g_reporter != nullptr) ensure_reporter(ts);
 }

@@ -16,11 +16,11 @@ extern "C" {
 
 enum {
   DCTX_CUPTI_OK = 0,
-  DCTX_CUPTI_NOT_FOUND = 1,  /* no libcupti could be loaded */
-  DCTX_CUPTI_CONFLICT = 2,   /* another CUPTI subscriber is active */
-  DCTX_CUPTI_NO_GPU = 3,     /* CUPTI loaded but refused (no driver or device) */
-  DCTX_CUPTI_NO_CORE = 4,    /* the core is not active */
-  DCTX_CUPTI_ACTIVE = 5,     /* already started */
+  DCTX_CUPTI_NOT_FOUND = 1, /* no libcupti could be loaded */
+  DCTX_CUPTI_CONFLICT = 2,  /* another CUPTI subscriber is active */
+  DCTX_CUPTI_NO_GPU = 3,    /* CUPTI loaded but refused (no driver or device) */
+  DCTX_CUPTI_NO_CORE = 4,   /* the core is not active */
+  DCTX_CUPTI_ACTIVE = 5,    /* already started */
 };
 
 /* candidates: newline-separated library paths or names, tried in order. record_path: NULL, or a
@@ -38,8 +38,7 @@ dctx_cupti_replay *dctx_cupti_replay_open(void);
 void dctx_cupti_replay_device(dctx_cupti_replay *r, const dctx_gpu_device *device);
 void dctx_cupti_replay_api_enter(dctx_cupti_replay *r, uint64_t thread, const char *cupti_name,
                                  uint32_t correlation, dctx_node context, uint64_t now_ns);
-void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns,
-                                int failed);
+void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns, int failed);
 void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_t graph_node,
                                   uint64_t original, dctx_node context);
 void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,

@@ -26,14 +26,16 @@ OccupancyLimits theoretical_occupancy(const dctx_gpu_device &device, uint64_t th
   uint64_t blocks = std::min<uint64_t>(max_warps / warps_per_block, device.max_blocks_per_sm);
   if (registers_per_thread > 0) {
     // Registers are allocated per warp, and each scheduler partition holds whole warps.
-    const uint64_t per_warp = round_up(uint64_t{registers_per_thread} * warp, kRegisterAllocationUnit);
+    const uint64_t per_warp =
+        round_up(uint64_t{registers_per_thread} * warp, kRegisterAllocationUnit);
     const uint64_t per_partition = device.regs_per_sm / kWarpSchedulers;
     const uint64_t warps_by_registers = per_partition / per_warp * kWarpSchedulers;
     blocks = std::min(blocks, warps_by_registers / warps_per_block);
   }
   const uint64_t shared_per_block =
       round_up(shared_bytes + device.reserved_smem_per_block, kSharedAllocationUnit);
-  if (shared_per_block > 0) blocks = std::min<uint64_t>(blocks, device.smem_per_sm / shared_per_block);
+  if (shared_per_block > 0)
+    blocks = std::min<uint64_t>(blocks, device.smem_per_sm / shared_per_block);
 
   OccupancyLimits limits;
   limits.blocks_per_sm = static_cast<uint32_t>(blocks);

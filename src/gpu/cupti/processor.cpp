@@ -12,7 +12,9 @@
 namespace dctx::gpu {
 namespace {
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 
 std::string demangle(const char *mangled) {
   int status = 0;
@@ -24,7 +26,7 @@ std::string demangle(const char *mangled) {
 }
 
 const char *copy_kind_name(uint32_t kind) {
-  static const char *const names[] = {"memcpy", "memcpy HtoD", "memcpy DtoH", "memcpy HtoA",
+  static const char *const names[] = {"memcpy",      "memcpy HtoD", "memcpy DtoH", "memcpy HtoA",
                                       "memcpy AtoH", "memcpy AtoA", "memcpy AtoD", "memcpy DtoA",
                                       "memcpy DtoD", "memcpy HtoH", "memcpy PtoP"};
   return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : names[0];
@@ -65,7 +67,8 @@ std::string json_escape(const char *s) {
 }
 
 std::string triple(const int32_t v[3]) {
-  return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + ")";
+  return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) +
+         ")";
 }
 
 }  // namespace
@@ -78,8 +81,8 @@ dctx_gpu_api_kind classify_api(std::string_view name) {
   static const std::string_view copy[] = {"cudaMemcpy", "cuMemcpy"};
   static const std::string_view set[] = {"cudaMemset", "cuMemset"};
   static const std::string_view sync[] = {"cudaDeviceSynchronize", "cudaStreamSynchronize",
-                                          "cudaEventSynchronize", "cuCtxSynchronize",
-                                          "cuStreamSynchronize", "cuEventSynchronize"};
+                                          "cudaEventSynchronize",  "cuCtxSynchronize",
+                                          "cuStreamSynchronize",   "cuEventSynchronize"};
   if (name == "cuLaunch") return DCTX_GPU_API_LAUNCH;
   for (auto p : launch)
     if (starts_with(name, p)) return DCTX_GPU_API_LAUNCH;
@@ -141,7 +144,8 @@ ApiInfo Processor::make_api(std::string_view cupti_name) const {
 void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation,
                           dctx_node context, uint64_t now_ns) {
   if (state.depth++ == 0) {
-    if (state.cached_frame != api.frame || state.cached_context != context || state.cached_node == 0) {
+    if (state.cached_frame != api.frame || state.cached_context != context ||
+        state.cached_node == 0) {
       state.cached_node = dctx_child(context, api.frame);
       state.cached_context = context;
       state.cached_frame = api.frame;
@@ -248,7 +252,8 @@ void Processor::kernel(const dctx_gpu_activity &r) {
 
   DeviceState &dev = device(r.device);
   const uint64_t threads = uint64_t(r.block[0]) * uint64_t(r.block[1]) * uint64_t(r.block[2]);
-  const uint64_t shared = uint64_t(std::max(r.static_smem, 0)) + uint64_t(std::max(r.dynamic_smem, 0));
+  const uint64_t shared =
+      uint64_t(std::max(r.static_smem, 0)) + uint64_t(std::max(r.dynamic_smem, 0));
   const OccupancyLimits occ = theoretical_occupancy(dev.props, threads, r.registers, shared);
   if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occ.occupancy);
 
@@ -322,10 +327,17 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
   std::lock_guard lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
     switch (records[i].kind) {
-      case DCTX_GPU_KERNEL: kernel(records[i]); break;
-      case DCTX_GPU_MEMCPY: memcpy(records[i]); break;
-      case DCTX_GPU_MEMSET: memset(records[i]); break;
-      default: break;
+      case DCTX_GPU_KERNEL:
+        kernel(records[i]);
+        break;
+      case DCTX_GPU_MEMCPY:
+        memcpy(records[i]);
+        break;
+      case DCTX_GPU_MEMSET:
+        memset(records[i]);
+        break;
+      default:
+        break;
     }
   }
   sweep_idle(false);

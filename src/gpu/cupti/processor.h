@@ -23,8 +23,8 @@ namespace dctx::gpu {
 /* What the tracer knows of one API callback id. */
 struct ApiInfo {
   dctx_gpu_api_kind kind = DCTX_GPU_API_OTHER;
-  std::string name;    /* cudaLaunchKernel, without CUPTI's _vNNNN suffix */
-  uint32_t frame = 0;  /* dctx frame id of the API node */
+  std::string name;   /* cudaLaunchKernel, without CUPTI's _vNNNN suffix */
+  uint32_t frame = 0; /* dctx frame id of the API node */
 };
 
 dctx_gpu_api_kind classify_api(std::string_view name);
@@ -52,7 +52,8 @@ class CorrelationMap {
  public:
   explicit CorrelationMap(size_t capacity_pow2 = size_t{1} << 20);
   void put(uint32_t correlation, dctx_node node) {
-    slots_[correlation & mask_].store((uint64_t{correlation} << 32) | node, std::memory_order_release);
+    slots_[correlation & mask_].store((uint64_t{correlation} << 32) | node,
+                                      std::memory_order_release);
   }
   bool get(uint32_t correlation, dctx_node *node) const {
     const uint64_t v = slots_[correlation & mask_].load(std::memory_order_acquire);
@@ -68,11 +69,11 @@ class CorrelationMap {
 
 struct ProcessorStats {
   uint64_t kernels = 0, memcpys = 0, memsets = 0;
-  uint64_t graph_kernels = 0;      /* kernels replayed from a graph, placed at their capture site */
-  uint64_t unattributed = 0;       /* records whose correlation id had no launch context */
-  uint64_t dropped = 0;            /* records CUPTI reported as dropped */
-  uint64_t launches_expected = 0;  /* kernel launch calls that must produce one record each */
-  uint64_t launches_received = 0;  /* kernel records (not from graphs) that matched a launch */
+  uint64_t graph_kernels = 0;     /* kernels replayed from a graph, placed at their capture site */
+  uint64_t unattributed = 0;      /* records whose correlation id had no launch context */
+  uint64_t dropped = 0;           /* records CUPTI reported as dropped */
+  uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
+  uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
   double gpu_time_ns = 0;
 };
 

@@ -36,7 +36,8 @@ void append_uint(std::string &out, const char *key, uint64_t v) {
 void append_triple(std::string &out, const char *key, const int32_t v[3]) {
   out += ", \"";
   out += key;
-  out += "\": [" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + "]";
+  out += "\": [" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " +
+         std::to_string(v[2]) + "]";
 }
 
 uint64_t thread_id() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
@@ -82,8 +83,8 @@ void Recorder::write_path(std::string &out, dctx_node node) {
   out += "]";
 }
 
-void Recorder::api_enter(const std::string &name, int domain, uint32_t correlation,
-                         bool outermost, dctx_node context, uint64_t now_ns) {
+void Recorder::api_enter(const std::string &name, int domain, uint32_t correlation, bool outermost,
+                         dctx_node context, uint64_t now_ns) {
   std::string line = "{\"e\": \"api\", \"api\": ";
   append_string(line, name.c_str());
   append_uint(line, "tid", thread_id());

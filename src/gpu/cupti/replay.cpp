@@ -20,12 +20,13 @@ extern "C" {
 dctx_cupti_replay *dctx_cupti_replay_open(void) {
   if (!dctx_is_active()) return nullptr;
   auto *r = new dctx_cupti_replay;
-  r->processor = std::make_unique<dctx::gpu::Processor>([r](uint32_t ordinal, dctx_gpu_device *out) {
-    auto it = r->devices.find(ordinal);
-    if (it == r->devices.end()) return false;
-    *out = it->second;
-    return true;
-  });
+  r->processor =
+      std::make_unique<dctx::gpu::Processor>([r](uint32_t ordinal, dctx_gpu_device *out) {
+        auto it = r->devices.find(ordinal);
+        if (it == r->devices.end()) return false;
+        *out = it->second;
+        return true;
+      });
   return r;
 }
 
@@ -36,11 +37,13 @@ void dctx_cupti_replay_device(dctx_cupti_replay *r, const dctx_gpu_device *devic
 void dctx_cupti_replay_api_enter(dctx_cupti_replay *r, uint64_t thread, const char *cupti_name,
                                  uint32_t correlation, dctx_node context, uint64_t now_ns) {
   auto it = r->apis.find(cupti_name);
-  if (it == r->apis.end()) it = r->apis.emplace(cupti_name, r->processor->make_api(cupti_name)).first;
+  if (it == r->apis.end())
+    it = r->apis.emplace(cupti_name, r->processor->make_api(cupti_name)).first;
   r->processor->api_enter(r->threads[thread], it->second, correlation, context, now_ns);
 }
 
-void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns, int failed) {
+void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns,
+                                int failed) {
   r->processor->api_exit(r->threads[thread], now_ns, failed != 0);
 }
 

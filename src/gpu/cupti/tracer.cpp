@@ -112,9 +112,8 @@ class DriverQuery {
 };
 
 constexpr size_t kBufferSize = size_t{8} << 20;
-constexpr CUpti_ActivityKind kActivityKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                                 CUPTI_ACTIVITY_KIND_MEMCPY,
-                                                 CUPTI_ACTIVITY_KIND_MEMSET};
+constexpr CUpti_ActivityKind kActivityKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -249,8 +248,9 @@ int Tracer::start(const char *candidates, const char *record_path) {
     processor_.reset();
     recorder_.reset();
     if (sub == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-      message_ = "GPU metrics off: another CUPTI client is active (torch.profiler, nsys, ncu or "
-                 "a second profiler); the program runs unprofiled on the GPU";
+      message_ =
+          "GPU metrics off: another CUPTI client is active (torch.profiler, nsys, ncu or "
+          "a second profiler); the program runs unprofiled on the GPU";
       dctx_note(message_.c_str());
       return DCTX_CUPTI_CONFLICT;
     }
@@ -260,10 +260,13 @@ int Tracer::start(const char *candidates, const char *record_path) {
   }
   enable_api_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_apis_);
   enable_api_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_apis_);
-  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
-  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
+  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
+                       CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
+  api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
+                       CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
 
-  CUptiResult r = api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
+  CUptiResult r =
+      api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
   for (CUpti_ActivityKind kind : kActivityKinds)
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
   if (r != CUPTI_SUCCESS) {
@@ -350,10 +353,12 @@ void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
   if (data->callbackSite == CUPTI_API_ENTER) {
     const bool outermost = state.depth == 0;
     const dctx_node context = outermost ? dctx_current() : 0;
-    if (recorder_) recorder_->api_enter(api.name, domain, data->correlationId, outermost, context, now);
+    if (recorder_)
+      recorder_->api_enter(api.name, domain, data->correlationId, outermost, context, now);
     processor_->api_enter(state, api, data->correlationId, context, now);
   } else {
-    const int status = data->functionReturnValue ? *static_cast<const int *>(data->functionReturnValue) : 0;
+    const int status =
+        data->functionReturnValue ? *static_cast<const int *>(data->functionReturnValue) : 0;
     if (recorder_) recorder_->api_exit(now, status != 0);
     processor_->api_exit(state, now, status != 0);
   }
@@ -385,8 +390,8 @@ void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t
   *max_records = 0;
 }
 
-void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer,
-                                          size_t, size_t valid) {
+void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t,
+                                          size_t valid) {
   g_tracer.buffer_completed(ctx, stream, buffer, valid);
   std::free(buffer);
 }
@@ -452,7 +457,8 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
         a.bytes = m->bytes;
         break;
       }
-      default: continue;
+      default:
+        continue;
     }
     decoded.push_back(a);
   }

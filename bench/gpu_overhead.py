@@ -124,7 +124,7 @@ def torch_kernels(prof) -> tuple[float, int]:
 
 
 def attribution(path: str, user_file: str) -> dict:
-    from deepcontext import profile
+    from deepcontext import reader as profile
 
     prof = profile.load(path)
     total = prof.total("gpu_time") if "gpu_time" in prof.metrics else 0.0

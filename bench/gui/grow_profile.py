@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import sys
 
-from deepcontext.profile import load
+from deepcontext.reader import load
 from deepcontext.writer import ProfileWriter
 
 

@@ -26,7 +26,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from deepcontext.gui_server import GuiServer  # noqa: E402
-from deepcontext.profile import load  # noqa: E402
+from deepcontext.reader import load  # noqa: E402
 from grow_profile import grow  # noqa: E402
 
 

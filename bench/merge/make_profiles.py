@@ -54,7 +54,11 @@ def write_rank(path, rank, parent, frame, strings, frames, straggler, hot):
         cpu[hot] += 2e9
     samples = np.where(cpu > 0, np.maximum(1, (cpu / 1e6).astype(np.int64)), 0)
     rows = []
-    for mid, exc, cnt in ((1, cpu, samples), (2, np.round(cpu * 1.05), samples), (3, samples * 1.0, samples)):
+    for mid, exc, cnt in (
+        (1, cpu, samples),
+        (2, np.round(cpu * 1.05), samples),
+        (3, samples * 1.0, samples),
+    ):
         inc = _inclusive(parent, exc)
         has = inc > 0
         ids = np.nonzero(has)[0]

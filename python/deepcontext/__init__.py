@@ -1,7 +1,8 @@
 """DeepContext: a calling-context profiler for PyTorch and JAX programs.
 
 `deepcontext.load(path)` reads a .dctx profile; `deepcontext.scope(name)` marks a user scope (as a
-context manager or decorator); `deepcontext.start()/stop()` profile a region of a program. The
+context manager or decorator); `deepcontext.profile(path, steps=...)` (context manager or
+decorator) and `deepcontext.start()/stop()` profile a region of a program. The
 native core (deepcontext._core) is imported lazily so reading profiles needs no compiled code.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from .scope import scope
 from .session import flush, is_active, start, stop
+from .window import profile
 
 __version__ = "0.1.0"
 
@@ -16,10 +18,20 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # The reader (sqlite3, dataclasses) loads on first use: `deepcontext run` starts faster.
     if name in ("Profile", "load"):
-        from . import profile
+        from . import reader
 
-        return getattr(profile, name)
+        return getattr(reader, name)
     raise AttributeError(name)
 
 
-__all__ = ["Profile", "load", "scope", "start", "stop", "is_active", "flush", "__version__"]
+__all__ = [
+    "Profile",
+    "load",
+    "profile",
+    "scope",
+    "start",
+    "stop",
+    "is_active",
+    "flush",
+    "__version__",
+]

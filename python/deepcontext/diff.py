@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UserError
-from .profile import Frame, Profile
+from .reader import Frame, Profile
 
 
 @dataclass

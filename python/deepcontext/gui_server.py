@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .errors import UserError
-from .profile import FRAME_KINDS, Profile, load
+from .reader import FRAME_KINDS, Profile, load
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gui_static")
 MAX_SOURCE_BYTES = 8 * 1024 * 1024

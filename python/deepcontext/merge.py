@@ -15,7 +15,6 @@ different paths, and accumulates the statistics as dense numpy vectors.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import multiprocessing
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
-from .profile import ProfileError, _open
+from .reader import ProfileError, _open
 from .writer import write_tables
 
 STATS = ("mean", "min", "max", "std", "imbalance")
@@ -42,26 +41,31 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def _ints(con: sqlite3.Connection, sql: str) -> np.ndarray:
-    text = con.execute(sql).fetchone()[0]
+def _parse_ints(text: str | None) -> np.ndarray:
     if not text:
         return np.zeros(0, dtype=np.int64)
-    return np.array(text.split(","), dtype=np.int64)
+    return np.fromstring(text, sep=",", dtype=np.int64)
 
 
-def _reals(con: sqlite3.Connection, column: str, where: str) -> np.ndarray:
-    """A REAL column, exactly: as integers in text when every value is integral (measured ns,
-    bytes and counts are), else through Python floats."""
-    inexact = con.execute(
-        f"SELECT count(*) FROM node_metrics WHERE {where} AND "
-        f"({column} != CAST({column} AS INTEGER) OR abs({column}) > 9.0e15)"
-    ).fetchone()[0]
-    if not inexact:
-        return _ints(
-            con, f"SELECT group_concat(CAST({column} AS INTEGER)) FROM node_metrics WHERE {where}"
-        ).astype(np.float64)
-    rows = con.execute(f"SELECT {column} FROM node_metrics WHERE {where}")
-    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64)
+def _columns(con: sqlite3.Connection, table: str, int_cols, real_cols, where="1"):
+    """Columns of `table` as numpy arrays in one scan: each as comma-separated integers, which
+    numpy parses in C. REAL columns go that way when every value is integral (measured ns, bytes
+    and counts are); otherwise they are fetched again through Python floats, exactly."""
+    exprs = [f"group_concat({c})" for c in int_cols]
+    exprs += [f"group_concat(CAST({c} AS INTEGER))" for c in real_cols]
+    if real_cols:
+        # a value beyond int64 saturates in the CAST and so fails the comparison too
+        inexact = " + ".join(f"({c} != CAST({c} AS INTEGER))" for c in real_cols)
+        exprs.append(f"total({inexact})")
+    row = con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE {where}").fetchone()
+    out = [_parse_ints(t) for t in row[: len(int_cols)]]
+    if real_cols and row[-1]:
+        for c in real_cols:
+            cur = con.execute(f"SELECT {c} FROM {table} WHERE {where}")
+            out.append(np.fromiter(itertools.chain.from_iterable(cur), dtype=np.float64))
+    else:
+        out += [_parse_ints(t).astype(np.float64) for t in row[len(int_cols) : -1]]
+    return out
 
 
 @dataclass
@@ -106,16 +110,10 @@ def _read(con: sqlite3.Connection, path: str) -> Input:
         frames.append(
             (kind, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, ""))
         )
-    fhash = np.array(
-        [
-            int.from_bytes(hashlib.blake2b(repr(f).encode(), digest_size=8).digest(), "little")
-            for f in frames
-        ],
-        dtype=np.uint64,
-    )
-    ids = _ints(con, "SELECT group_concat(id) FROM nodes")
-    par = _ints(con, "SELECT group_concat(parent) FROM nodes")
-    fr = _ints(con, "SELECT group_concat(frame) FROM nodes")
+    # hash() is the same in the forked readers and the main process (one hash seed); matches
+    # are checked against the frame contents in Merger._map_nodes anyway
+    fhash = np.array([hash(f) for f in frames], dtype=np.int64).view(np.uint64)
+    ids, par, fr = _columns(con, "nodes", ("id", "parent", "frame"), ())
     n = int(ids.max()) + 1 if len(ids) else 1
     if len(ids) != n or (len(ids) and ids.min() < 0):
         raise ProfileError(f"{path}: corrupt profile (node ids are not 0..{n - 1})")
@@ -148,13 +146,9 @@ def _read(con: sqlite3.Connection, path: str) -> Input:
     for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
         mlocal[mid] = len(metrics)
         metrics.append((name, unit, desc))
-    where = "count > 0"
-    node = _ints(con, f"SELECT group_concat(node) FROM node_metrics WHERE {where}")
-    metric = _ints(con, f"SELECT group_concat(metric) FROM node_metrics WHERE {where}")
-    count = _ints(con, f"SELECT group_concat(count) FROM node_metrics WHERE {where}")
-    s = _reals(con, "sum", where)
-    mn = _reals(con, "min", where)
-    mx = _reals(con, "max", where)
+    node, metric, count, s, mn, mx = _columns(
+        con, "node_metrics", ("node", "metric", "count"), ("sum", "min", "max"), "count > 0"
+    )
     if len(node) and (node.min() < 0 or node.max() >= n):
         raise ProfileError(f"{path}: corrupt profile (metric value for an unknown node)")
     rows = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
-from .profile import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open
+from .reader import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open
 
 _MARKED_KINDS = {"scope", "module", "thread", "step", "backward"}
 

@@ -78,6 +78,8 @@ def start(output: str | None = None, **options) -> str:
     }
     opts.update({k: v for k, v in options.items() if v is not None})
     opts["output"] = output
+    # Import the integrations before sampling starts: their import is ours, not the program's.
+    modules = integration_modules()
     core.start(
         output,
         _PACKAGE_DIR,
@@ -95,7 +97,7 @@ def start(output: str | None = None, **options) -> str:
     for k, v in _versions().items():
         core.set_meta(k, v)
     _state = {"options": opts, "integrations": []}
-    for module in integration_modules():
+    for module in modules:
         activate = getattr(module, "activate", None)
         if activate is not None:
             try:

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from collections.abc import Iterable
 
-from .profile import APPLICATION_ID, FORMAT_VERSION, FRAME_KINDS
+from .reader import APPLICATION_ID, FORMAT_VERSION, FRAME_KINDS
 
 KIND_IDS = {name: i for i, name in enumerate(FRAME_KINDS)}
 

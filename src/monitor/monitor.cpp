@@ -98,6 +98,9 @@ void checkpoint_loop(Session *s) {
 
 std::string session_start(const SessionOptions &opts) {
   if (g_active.load()) return "profiling is already active";
+  static bool first_session = true;
+  if (!first_session) tree().reset_session();
+  first_session = false;
   g_session = new Session();
   g_session->opts = opts;
   set_main_thread_id(opts.main_thread_id);

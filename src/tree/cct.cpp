@@ -181,6 +181,13 @@ void Tree::clear_metrics() {
   }
 }
 
+void Tree::reset_session() {
+  clear_metrics();
+  std::lock_guard lock(mu_);
+  notes_.clear();
+  meta_.clear();
+}
+
 void Tree::lock_all() {
   mu_.lock();
   shards_mu_.lock();

@@ -94,6 +94,9 @@ class Tree {
   Snapshot snapshot();
   // Forget all metric values (a forked child that writes its own profile starts from zero).
   void clear_metrics();
+  // A new session in the same process: metrics, notes and run metadata start from zero; nodes,
+  // frames and props stay (layers cache node ids).
+  void reset_session();
   // pthread_atfork handlers: hold every lock across fork so the child never sees one held.
   void lock_all();
   void unlock_all();

@@ -200,9 +200,7 @@ def test_threads_without_python_are_sampled_under_the_worker_context(run_program
     _, out = run_program(POOL, env={"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"})
     p = deepcontext.load(out)
     worker_line = line_of(POOL, "WORKER")
-    pool_nodes = [
-        n for n in p.nodes() if n.frame.kind == "thread" and n.frame.name != "MainThread"
-    ]
+    pool_nodes = [n for n in p.nodes() if n.frame.kind == "thread" and n.frame.name != "MainThread"]
     under_line = [
         n
         for n in pool_nodes

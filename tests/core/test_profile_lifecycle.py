@@ -13,7 +13,7 @@ import time
 
 import deepcontext
 import pytest
-from deepcontext.profile import ProfileError
+from deepcontext.reader import ProfileError
 
 WORK = """
 def spin(n):

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="session")
 def replayed(tmp_path_factory):
     """fixture name -> (events, loaded profile of its replay)."""
-    from deepcontext import profile
+    from deepcontext import reader as profile
     from gpu_replay import DATA, load_events, replay_to_profile
 
     cache = {}

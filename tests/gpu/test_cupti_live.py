@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-from deepcontext import profile  # noqa: E402
+from deepcontext import reader as profile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

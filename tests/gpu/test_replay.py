@@ -223,7 +223,7 @@ def test_counters_show_every_launch_received(replayed, name):
 
 
 def test_lost_context_and_dropped_records_are_counted_and_noted(tmp_path):
-    from deepcontext import profile
+    from deepcontext import reader as profile
 
     events = load_events(os.path.join(DATA, "eager.jsonl"))
     kernels = list(records(events, 1))
@@ -260,6 +260,6 @@ def test_without_a_driver_cpu_profiling_goes_on_with_one_line(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if "GPU metrics off" in ln]
     assert len(lines) == 1 and "driver" in lines[0]
-    from deepcontext import profile
+    from deepcontext import reader as profile
 
     assert any("GPU metrics off" in m for m in profile.load(out).notes)

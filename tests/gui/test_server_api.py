@@ -12,7 +12,7 @@ from array import array
 
 import pytest
 from deepcontext.gui_server import GuiServer
-from deepcontext.profile import load
+from deepcontext.reader import load
 
 
 def get(server: GuiServer, path: str) -> tuple[int, bytes, str]:

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-import deepcontext.profile as dprof
+import deepcontext.reader as dprof
 import pytest
 from torch_helpers import (
     EXAMPLES,
@@ -237,7 +237,7 @@ for step in range(400):
     train.train_step(model, opt, loss_fn, x, y)
     if step in (49, 399):
         session.flush()
-        import deepcontext.profile as P
+        import deepcontext.reader as P
         counts.append((len(P.load("flat.dctx")), torch_support._lib.dctx_torch_live_allocations()))
 session.stop()
 print("COUNTS", counts)

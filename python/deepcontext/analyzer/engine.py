@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import UserError
-from ..profile import Profile, load
+from ..reader import Profile, load
 from .finding import Finding
 from .query import Query
 

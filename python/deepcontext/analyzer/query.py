@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ..profile import Frame, Node, Profile
+from ..reader import Frame, Node, Profile
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

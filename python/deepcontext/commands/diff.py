@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 def main(args) -> int:
     from ..diff import diff_profiles
-    from ..profile import load
+    from ..reader import load
     from ..render import format_value, frame_dict, frame_label
 
     a, b = load(args.a), load(args.b)

@@ -1,0 +1,81 @@
+"""The Python API: deepcontext.profile() as context manager and decorator, step windows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import deepcontext
+import pytest
+from conftest import line_of
+from deepcontext.errors import UserError
+
+WINDOW = """
+import sys
+import deepcontext
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+def warm():
+    return spin(300_000)  # WARM
+
+def hot():
+    return spin(300_000)  # HOT
+
+with deepcontext.profile(sys.argv[1], steps=range(3, 6)) as prof:
+    for i in range(12):
+        if 3 <= i < 6:
+            hot()
+        else:
+            warm()
+        prof.step()
+assert prof.path == sys.argv[1], prof.path
+assert not deepcontext.is_active()
+
+@deepcontext.profile(sys.argv[2], interval_ms=1)
+def main():
+    warm()
+
+main()
+main()  # each call writes a fresh profile
+"""
+
+
+def _lines(p, suffix):
+    return {
+        n.frame.line
+        for n in p.nodes()
+        if n.frame.file.endswith(suffix) and n.inclusive("wall_time")
+    }
+
+
+def test_step_window_profiles_only_its_steps_and_decorator_profiles_each_call(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(WINDOW))
+    win, dec = tmp_path / "window.dctx", tmp_path / "decorated.dctx"
+    subprocess.run(
+        [sys.executable, str(script), str(win), str(dec)], check=True, cwd=tmp_path, timeout=120
+    )
+    src = textwrap.dedent(WINDOW)
+    p = deepcontext.load(str(win))
+    assert p.meta["complete"] == "1"
+    assert p.meta["step_window"] == "3-6"
+    lines = _lines(p, "prog.py")
+    assert line_of(src, "HOT") in lines
+    assert line_of(src, "WARM") not in lines, "steps outside the window are not profiled"
+    d = deepcontext.load(str(dec))
+    lines = _lines(d, "prog.py")
+    assert line_of(src, "WARM") in lines and line_of(src, "HOT") not in lines
+    # The second call's profile holds that call only, not the first session's samples.
+    assert d.total("wall_time") < 2 * p.total("wall_time")
+
+
+@pytest.mark.parametrize("steps", [range(5, 5), range(0, 10, 2), [1, 3]])
+def test_step_window_must_be_contiguous(steps):
+    with pytest.raises(UserError):
+        deepcontext.profile("x.dctx", steps=steps)

@@ -67,6 +67,9 @@ def start(output: str | None = None, **options) -> str:
     if core.is_active():
         raise RuntimeError("deepcontext: profiling is already active in this process")
     output = os.path.abspath(output or default_output())
+    from .distributed import rank_output  # <stem>.rank<r>-of<w>.dctx under torchrun & co.
+
+    output = rank_output(output)
     opts = {
         "interval_ms": 10.0,
         "native": False,

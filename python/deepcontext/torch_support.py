@@ -78,6 +78,9 @@ def add_arguments(parser) -> None:
         default=True,
         help="do not attribute PyTorch allocations (alloc_bytes, alloc_count, peak_bytes)",
     )
+    from . import distributed
+
+    distributed.add_arguments(parser)
 
 
 def _flags(options: dict) -> int:
@@ -135,6 +138,9 @@ def _remove_finder() -> None:
 
 def activate(options: dict) -> None:
     global _options, _finder, _fork_registered
+    from . import distributed
+
+    distributed.activate(options)  # per-rank profiles, launcher children, collectives
     if not options.get("torch", True):
         return
     _options = dict(options)
@@ -154,6 +160,9 @@ def activate(options: dict) -> None:
 
 def deactivate() -> None:
     global _options, _installed
+    from . import distributed
+
+    distributed.deactivate()
     _remove_finder()
     _options = None
     for h in _hook_handles:
@@ -197,6 +206,9 @@ def _on_torch_imported() -> None:
         if flags & FLAG_MEMORY:
             _patch_torch_profiler(lib)
         _register_worker_exit()
+        from . import distributed
+
+        distributed.on_torch_imported()
     except Exception as exc:  # never break the user's program
         msg = f"torch: operator context disabled: {exc}"
         try:

@@ -203,7 +203,7 @@ void tick_native(State &s) {
   for (auto &[tid, t] : s.native_threads) t.seen = false;
   while (dirent *e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    auto tid = static_cast<pid_t>(std::atoi(e->d_name));
+    auto tid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
     if (tid == s.self_tid || std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid))
       continue;
     auto [it, fresh] = s.native_threads.try_emplace(tid);
@@ -216,7 +216,11 @@ void tick_native(State &s) {
       t.last_cpu = now_ns(t.clock);
       std::string comm = read_comm(tid);
       t.skip = comm.rfind("dctx-", 0) == 0;
-      if (comm.empty() || comm == s.process_comm) comm = "native thread";
+      if (tid == getpid()) {
+        comm = "MainThread";
+      } else if (comm.empty() || comm == s.process_comm) {
+        comm = "native thread";
+      }
       t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
       continue;
     }
@@ -265,7 +269,10 @@ void loop(State *s) {
     auto now = std::chrono::steady_clock::now();
     if (now > next + std::chrono::nanoseconds(s->opts.interval_ns * 10)) next = now;
     lock.unlock();
-    if (Py_IsInitialized() && !DCTX_PY_FINALIZING()) {
+    if (!python_present()) {
+      s->python_tids.clear();  // a native executable: every thread is sampled natively
+      tick_native(*s);
+    } else if (Py_IsInitialized() && !DCTX_PY_FINALIZING()) {
       PyGILState_STATE gs = PyGILState_Ensure();
       uint64_t wall = now_ns(CLOCK_MONOTONIC);
       uint64_t wall_delta = wall - s->last_wall;
@@ -306,7 +313,7 @@ void sampler_stop() {
   }
   g->cv.notify_all();
   // The sampler may be waiting for the GIL that the caller holds: release it while joining.
-  bool has_gil = Py_IsInitialized() && PyGILState_Check();
+  bool has_gil = python_present() && Py_IsInitialized() && PyGILState_Check();
   PyThreadState *save = has_gil ? PyEval_SaveThread() : nullptr;
   g->thread.join();
   if (save) PyEval_RestoreThread(save);

@@ -1,6 +1,7 @@
 #include "thread_context.h"
 
 #include <Python.h>
+#include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,34 +15,46 @@
 namespace dctx {
 namespace {
 std::mutex g_registry_mu;
-std::unordered_map<pthread_t, ThreadContext *> *g_registry =
-    new std::unordered_map<pthread_t, ThreadContext *>();
-std::unordered_map<pid_t, ThreadContext *> *g_by_tid =
-    new std::unordered_map<pid_t, ThreadContext *>();
+// Never destroyed: thread-local contexts unregister during thread (and process) exit.
+struct Registry {
+  std::unordered_map<pthread_t, ThreadContext *> by_thread;
+  std::unordered_map<pid_t, ThreadContext *> by_tid;
+};
+Registry &registry() {
+  static Registry *r = new Registry();
+  return *r;
+}
 }  // namespace
 
 std::atomic<uint64_t> g_worker_context{0};
+
+bool python_present() {
+  static const bool present = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
+  return present;
+}
 
 ThreadContext::ThreadContext()
     : thread(pthread_self()), tid(static_cast<pid_t>(syscall(SYS_gettid))) {
   stack.reserve(64);
   std::lock_guard lock(g_registry_mu);
-  (*g_registry)[thread] = this;
-  (*g_by_tid)[tid] = this;
+  registry().by_thread[thread] = this;
+  registry().by_tid[tid] = this;
 }
 
 ThreadContext::~ThreadContext() {
   std::lock_guard lock(g_registry_mu);
-  auto it = g_registry->find(thread);
-  if (it != g_registry->end() && it->second == this) g_registry->erase(it);
-  auto jt = g_by_tid->find(tid);
-  if (jt != g_by_tid->end() && jt->second == this) g_by_tid->erase(jt);
+  auto &r = registry();
+  auto it = r.by_thread.find(thread);
+  if (it != r.by_thread.end() && it->second == this) r.by_thread.erase(it);
+  auto jt = r.by_tid.find(tid);
+  if (jt != r.by_tid.end() && jt->second == this) r.by_tid.erase(jt);
 }
 
 void with_thread_context_tid(pid_t tid, const std::function<void(ThreadContext *)> &fn) {
   std::lock_guard lock(g_registry_mu);
-  auto it = g_by_tid->find(tid);
-  fn(it == g_by_tid->end() ? nullptr : it->second);
+  auto &r = registry();
+  auto it = r.by_tid.find(tid);
+  fn(it == r.by_tid.end() ? nullptr : it->second);
 }
 
 ThreadContext &this_thread_context() {
@@ -51,8 +64,9 @@ ThreadContext &this_thread_context() {
 
 void with_thread_context(pthread_t thread, const std::function<void(ThreadContext *)> &fn) {
   std::lock_guard lock(g_registry_mu);
-  auto it = g_registry->find(thread);
-  fn(it == g_registry->end() ? nullptr : it->second);
+  auto &r = registry();
+  auto it = r.by_thread.find(thread);
+  fn(it == r.by_thread.end() ? nullptr : it->second);
 }
 
 namespace {

@@ -43,6 +43,10 @@ void with_thread_context_tid(pid_t tid, const std::function<void(ThreadContext *
 // The worker context (see dctx_set_worker_context): node + 1, or 0.
 extern std::atomic<uint64_t> g_worker_context;
 
+// Whether this process has a Python runtime (false when the core is preloaded into a native
+// executable): every Python C API call is behind it, so lazy binding never needs libpython.
+bool python_present();
+
 // The node of the calling thread's Python stack (thread frame first); root if no Python.
 dctx_node python_path_node(uint32_t *depth_out);
 // The calling thread's visible Python frames, outermost first; returns how many.

@@ -127,7 +127,7 @@ std::string session_stop() {
   }
   s->cv.notify_all();
   if (s->checkpoint.joinable()) {
-    bool has_gil = Py_IsInitialized() && PyGILState_Check();
+    bool has_gil = python_present() && Py_IsInitialized() && PyGILState_Check();
     PyThreadState *save = has_gil ? PyEval_SaveThread() : nullptr;
     s->checkpoint.join();
     if (save) PyEval_RestoreThread(save);

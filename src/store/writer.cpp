@@ -94,7 +94,7 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
     std::string notes = "[";
     for (size_t i = 0; i < snap.notes.size(); ++i)
       notes += (i ? ", " : "") + json_escape(snap.notes[i]);
-    notes += "]";
+    notes += ']';
     for (auto &[k, v] : snap.meta)
       if (k != "notes" && k != "format_version") put(k, v);
     put("format_version", std::to_string(kFormatVersion));

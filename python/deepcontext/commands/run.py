@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import shutil
 import sys
 import traceback
 
@@ -82,13 +83,42 @@ def _split_program(args) -> tuple[str | None, str | None, list[str]]:
         raise UserError("no program given: deepcontext run script.py [args...]")
     script = prog[0]
     if not os.path.exists(script):
-        raise UserError(f"no such file: {script}")
-    if not script.endswith(".py"):
-        with open(script, "rb") as fh:
-            head = fh.read(128)
-        if head.startswith(b"\x7fELF"):
-            raise UserError(f"{script} is a native executable; only Python programs are supported")
+        found = shutil.which(script) if os.sep not in script else None
+        if not found:
+            raise UserError(f"no such file: {script}")
+        script = found
     return script, None, prog[1:]
+
+
+def _is_native(path: str) -> bool:
+    if path.endswith(".py"):
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"\x7fELF"
+
+
+def _exec_native(exe: str, argv: list[str], output: str, args) -> int:
+    """Replace this process by the native program with the core preloaded into it
+    (src/preload/preload.cpp): its exit status and signals are the program's own."""
+    lib = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "libdeepcontext_preload.so"
+    )
+    if not os.path.exists(lib):
+        raise UserError(f"{exe} is a native executable and {lib} is missing: reinstall deepcontext")
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["DEEPCONTEXT_PRELOAD_OUTPUT"] = os.path.abspath(output)
+    env["DEEPCONTEXT_PRELOAD_INTERVAL_MS"] = str(args.interval_ms)
+    env["DEEPCONTEXT_PRELOAD_CHECKPOINT_S"] = str(args.checkpoint_s)
+    if args.quiet:
+        env["DEEPCONTEXT_PRELOAD_QUIET"] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(exe, [exe, *argv], env)
+    except OSError as exc:
+        raise UserError(f"cannot run {exe}: {exc.strerror}") from None
+    return 127  # not reached
 
 
 def main(args) -> int:
@@ -99,6 +129,8 @@ def main(args) -> int:
         os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
     )
     output = args.output or session.default_output(stem or "deepcontext")
+    if script and _is_native(script):
+        return _exec_native(script, rest, output, args)
     options = {
         k: v
         for k, v in vars(args).items()

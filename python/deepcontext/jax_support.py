@@ -1,0 +1,857 @@
+"""JAX integration: jitted call sites, compiled HLO modules, XLA worker threads, GPU HLO ops.
+
+`activate(options)` is cheap and never imports jax: if jax is not imported yet, a one-shot import
+hook finishes the work right after `import jax` completes. Then:
+
+- Every compilation (``jax._src.compiler.compile_or_get_cached``: jit, pjit, AOT ``.compile()``,
+  persistent-cache hits) is observed once: the optimized HLO text of each module is parsed into
+  ``instruction -> (op_name, source file, source line)``, HLO-op frames are interned, and the
+  module is recorded under an ``xla_compile(<module>)`` node at the call site that compiled it.
+  Work that XLA's compiler threads do meanwhile lands under that node.
+- ``jax.jit`` returns functions whose calls set the core's worker context to the caller's call
+  path (``deepcontext._core.current()``), so the CPU time of XLA's threads (Eigen intra-op pool,
+  the CPU client's execution threads) lands under the Python line that called the jitted
+  function. Dispatch is asynchronous: the work of a call continues after it returns, so the
+  context stays set until the next jitted call (or the end of the session).
+- On NVIDIA GPUs, XLA's NVTX ranges (domain "TSL": ``XlaModule:#...#`` and
+  ``Thunk:#...hlo_op=...#``) are read by the CUPTI layer (src/gpu/cupti/nvtx.cpp) at each kernel
+  launch: kernels go under ``call site -> op_name path -> HLO op (model source line)``. For that
+  this module points ``NVTX_INJECTION64_PATH`` at the CUPTI library the GPU layer loaded, and
+  turns XLA's command buffers (CUDA graphs) off while profiling (``XLA_FLAGS``
+  ``--xla_gpu_enable_command_buffer=``), unless the user set either; the profile's meta says so.
+- With ``--native`` on XLA:CPU, samples in JIT-compiled kernels (registered through the GDB JIT
+  interface) are named after their HLO instruction and op_name, with the model's source line,
+  when the core offers a symbolizer hook (``dctx_register_symbolizer``).
+- ``jax.profiler.start_trace`` while we profile: one clear message; both keep running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import importlib.util
+import json
+import os
+import re
+import struct
+import sys
+import threading
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_CUPTI_LIBRARY = os.path.join(_PACKAGE_DIR, "libdeepcontext_cupti.so")
+_COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
+
+# dctx_frame_kind values (include/deepcontext/monitor.h).
+KIND_SCOPE = 2
+KIND_HLO_OP = 13
+KIND_JAX_OP = 14
+
+_lock = threading.Lock()
+_options: dict | None = None
+_finder = None
+_installed = False
+_patches: list = []  # (object, attribute, original, replacement)
+_api = None
+_modules: dict = {}  # (module name, program id) -> ModuleInfo
+_said: set = set()
+_env_changes: dict = {}  # variable -> value we set (restored on deactivate if still ours)
+_stats = {"compiles": 0, "calls": 0, "hlo_ops": 0, "parse_errors": 0}
+_jit_symbols = None
+
+
+# ------------------------------------------------------------------------------------------------
+# Options
+# ------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("JAX")
+    g.add_argument(
+        "--no-jax",
+        dest="jax",
+        action="store_false",
+        default=True,
+        help="do not record jitted call sites, compiled HLO modules and XLA ops",
+    )
+    g.add_argument(
+        "--jax-command-buffers",
+        dest="jax_command_buffers",
+        action="store_true",
+        default=False,
+        help="leave XLA's GPU command buffers (CUDA graphs) on: their kernels then go under the "
+        "jitted call site without their HLO op",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The core's C API through ctypes (frames, nodes, props)
+# ------------------------------------------------------------------------------------------------
+
+
+class _Frame(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("file", ctypes.c_char_p),
+        ("line", ctypes.c_uint32),
+        ("module", ctypes.c_char_p),
+    ]
+
+
+class _Api:
+    def __init__(self):
+        from . import _core
+
+        self.core = _core
+        lib = ctypes.CDLL(_core.library_path())
+        lib.dctx_frame_id.argtypes = [ctypes.POINTER(_Frame)]
+        lib.dctx_frame_id.restype = ctypes.c_uint32
+        lib.dctx_child.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
+        lib.dctx_child.restype = ctypes.c_uint32
+        lib.dctx_set_prop.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]
+        lib.dctx_set_prop.restype = None
+        lib.dctx_worker_context.argtypes = []
+        lib.dctx_worker_context.restype = ctypes.c_uint32
+        self.lib = lib
+
+    def frame(self, kind: int, name: str, file: str = "", line: int = 0, module: str = "") -> int:
+        f = _Frame(kind, name.encode(), file.encode(), int(line), module.encode())
+        return self.lib.dctx_frame_id(ctypes.byref(f))
+
+    def child(self, parent: int, frame: int) -> int:
+        return self.lib.dctx_child(parent, frame)
+
+    def set_prop(self, node: int, key: str, value: str) -> None:
+        self.lib.dctx_set_prop(node, key.encode(), value.encode())
+
+
+# ------------------------------------------------------------------------------------------------
+# HLO text: instruction -> (op_name, file, line)
+# ------------------------------------------------------------------------------------------------
+
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([A-Za-z_][\w.\-]*)\s*=\s*(.*)$")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*(?:\(.*\))?.*\{\s*$")
+_METADATA = re.compile(r"metadata=\{([^{}]*)\}")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
+_SOURCE_LINE = re.compile(r"source_line=(\d+)")
+_STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
+_CALLS = re.compile(r"calls=%?([A-Za-z_][\w.\-]*)")
+_TABLE_ROW = re.compile(r"^\s*(\d+)\s+(.*)$")
+_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+
+
+def _unquote(s: str) -> str:
+    if len(s) >= 2 and s[0] == '"' and s[-1] == '"':
+        s = s[1:-1]
+    return s.replace('\\"', '"').replace("\\\\", "\\")
+
+
+def parse_hlo(text: str) -> dict[str, tuple[str, str, int]]:
+    """Instruction name -> (op_name, source file, source line) of an HLO module's text; source
+    from ``source_file``/``source_line`` or, in newer XLA, the module's StackFrames tables
+    (innermost frame). Fusions without metadata of their own take their fused root's."""
+    tables: dict[str, dict[int, dict]] = {}
+    section = None
+    comp = None
+    roots: dict[str, str] = {}  # computation -> metadata text of its root (or first with op_name)
+    raw: dict[str, tuple[str | None, str | None]] = {}  # instruction -> (metadata, calls)
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = stripped
+            tables[section] = {}
+            continue
+        if section is not None:
+            m = _TABLE_ROW.match(line)
+            if m and not stripped.startswith("%"):
+                tables[section][int(m.group(1))] = m.group(2)
+                continue
+            section = None
+        if not stripped or stripped == "}":
+            continue
+        m = _INSTR.match(line)
+        if m and comp is not None:
+            rest = m.group(3)
+            md = _METADATA.search(rest)
+            calls = _CALLS.search(rest)
+            meta = md.group(1) if md and "op_name=" in md.group(1) else None
+            raw[m.group(2)] = (meta, calls.group(1) if calls else None)
+            if meta and (m.group(1) or comp not in roots):
+                roots[comp] = meta
+            continue
+        m = _COMPUTATION.match(line)
+        if m:
+            comp = m.group(1)
+
+    files = {k: _unquote(v) for k, v in tables.get("FileNames", {}).items()}
+    locations = {}
+    for k, v in tables.get("FileLocations", {}).items():
+        kv = {a: b for a, b in _KV.findall(v)}
+        try:
+            locations[k] = (files.get(int(kv.get("file_name_id", 0)), ""), int(kv.get("line", 0)))
+        except ValueError:
+            pass
+    frames = {}
+    for k, v in tables.get("StackFrames", {}).items():
+        kv = {a: b for a, b in _KV.findall(v)}
+        try:
+            frames[k] = int(kv.get("file_location_id", 0))
+        except ValueError:
+            pass
+
+    def source(meta: str) -> tuple[str, int]:
+        f = _SOURCE_FILE.search(meta)
+        ln = _SOURCE_LINE.search(meta)
+        if f:
+            return _unquote('"' + f.group(1) + '"'), int(ln.group(1)) if ln else 0
+        s = _STACK_FRAME.search(meta)
+        if s:
+            loc = locations.get(frames.get(int(s.group(1)), 0))
+            if loc:
+                return loc
+        return "", 0
+
+    out: dict[str, tuple[str, str, int]] = {}
+    for name, (meta, calls) in raw.items():
+        if meta is None and calls is not None:
+            meta = roots.get(calls)
+        if meta is None:
+            continue
+        op = _OP_NAME.search(meta)
+        if not op:
+            continue
+        file, line_no = source(meta)
+        out[name] = (_unquote('"' + op.group(1) + '"'), file, line_no)
+    return out
+
+
+def split_op_name(op_name: str) -> list[str]:
+    """'jit(step)/transpose(jvp(layer0))/dot_general' -> its components, '/' inside
+    parentheses kept."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(op_name):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "/" and depth == 0:
+            if i > start:
+                parts.append(op_name[start:i])
+            start = i + 1
+    if start < len(op_name):
+        parts.append(op_name[start:])
+    return parts
+
+
+def _program_id(module) -> int:
+    """HloModuleProto.id (field 5): the program_id in XLA's GPU annotations. 0 if unknown."""
+    try:
+        data = module.as_serialized_hlo_module_proto()
+    except Exception:
+        return 0
+    pos, n = 0, len(data)
+
+    def varint(p):
+        shift = value = 0
+        while p < n:
+            b = data[p]
+            p += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value, p
+            shift += 7
+        raise ValueError("truncated")
+
+    try:
+        while pos < n:
+            key, pos = varint(pos)
+            field, wire = key >> 3, key & 7
+            if wire == 0:
+                value, pos = varint(pos)
+                if field == 5:
+                    return value
+            elif wire == 2:
+                length, pos = varint(pos)
+                pos += length
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                return 0
+    except ValueError:
+        return 0
+    return 0
+
+
+class ModuleInfo:
+    __slots__ = ("name", "program_id", "ops", "chains")
+
+    def __init__(self, name, program_id, ops):
+        self.name = name
+        self.program_id = program_id
+        self.ops = ops  # instruction -> (op_name, file, line)
+        self.chains: dict[str, list[int]] = {}  # instruction -> frame ids (op path, HLO op)
+
+
+def op_chain(api, module: str, instr: str, op: tuple[str, str, int]) -> list[int]:
+    """Frame ids for `op_name components -> HLO op` of one instruction."""
+    op_name, file, line = op
+    ids = [api.frame(KIND_JAX_OP, part) for part in split_op_name(op_name)]
+    ids.append(api.frame(KIND_HLO_OP, instr, file, line, module))
+    return ids
+
+
+def modules() -> list:
+    """The modules compiled so far in this session (ModuleInfo)."""
+    return list(_modules.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Hooks: compilation, jitted calls, jax.profiler
+# ------------------------------------------------------------------------------------------------
+
+
+def _say(message: str, key: str | None = None) -> None:
+    key = key or message
+    if key in _said:
+        return
+    _said.add(key)
+    print(f"deepcontext: {message}", file=sys.stderr, flush=True)
+    try:
+        _api.core.note(message)
+    except Exception:
+        pass
+
+
+def _record_compile(executable, node: int) -> None:
+    api = _api
+    for mod in executable.hlo_modules():
+        name = mod.name
+        pid = _program_id(mod)
+        try:
+            ops = parse_hlo(mod.to_string())
+        except Exception as exc:  # an unexpected text format must not break the program
+            _stats["parse_errors"] += 1
+            _say(f"jax: could not read the HLO of {name}: {exc}", key="parse")
+            ops = {}
+        info = ModuleInfo(name, pid, ops)
+        _modules[(name, pid)] = info
+        _stats["hlo_ops"] += len(ops)
+        for instr, op in ops.items():
+            info.chains[instr] = op_chain(api, name, instr, op)
+        if node:
+            api.set_prop(node, "hlo_module", name)
+            api.set_prop(node, "program_id", str(pid))
+            api.set_prop(node, "hlo_ops_with_source", str(sum(1 for o in ops.values() if o[2])))
+        _register_gpu_module(info)
+        if _jit_symbols is not None:
+            _jit_symbols.refresh(info)
+
+
+def _compile_wrapper(original):
+    def compile_or_get_cached(backend, computation, *args, **kwargs):
+        api = _api
+        if _options is None or api is None:
+            return original(backend, computation, *args, **kwargs)
+        core = api.core
+        try:
+            name = str(computation.operation.attributes["sym_name"]).strip('"')
+        except Exception:
+            name = "module"
+        site = core.current()
+        node = api.child(site, api.frame(KIND_SCOPE, f"xla_compile({name})"))
+        previous = api.lib.dctx_worker_context()
+        core.set_worker_context(node)  # XLA's compiler threads work for this call site
+        try:
+            executable = original(backend, computation, *args, **kwargs)
+        finally:
+            core.set_worker_context(previous)
+        _stats["compiles"] += 1
+        try:
+            _record_compile(executable, node)
+        except Exception as exc:
+            _say(f"jax: compiled-module metadata not recorded: {exc}", key="record")
+        return executable
+
+    compile_or_get_cached.__wrapped__ = original
+    return compile_or_get_cached
+
+
+class _Jitted:
+    """What ``jax.jit`` returns while profiling: calls set the worker context to the caller's
+    call path, then go to jax's own jitted function (its C++ fast path). Everything else
+    (``lower``, ``trace``, ``eval_shape``, attributes, method binding) is the original's."""
+
+    __slots__ = ("_dctx_fn", "__weakref__")
+
+    def __init__(self, fn):
+        object.__setattr__(self, "_dctx_fn", fn)
+
+    def __call__(self, *args, **kwargs):
+        if _options is not None:
+            _set_worker(_current())
+        return self._dctx_fn(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._dctx_fn, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._dctx_fn, name, value)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return _BoundJitted(self, obj)
+
+    def __repr__(self):
+        return repr(self._dctx_fn)
+
+    def __hash__(self):
+        return hash(self._dctx_fn)
+
+    def __eq__(self, other):
+        if isinstance(other, _Jitted):
+            other = other._dctx_fn
+        return self._dctx_fn == other
+
+    @property
+    def __wrapped__(self):
+        return getattr(self._dctx_fn, "__wrapped__", None)
+
+
+class _BoundJitted:
+    __slots__ = ("_jitted", "_obj")
+
+    def __init__(self, jitted, obj):
+        self._jitted = jitted
+        self._obj = obj
+
+    def __call__(self, *args, **kwargs):
+        return self._jitted(self._obj, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted._dctx_fn.__get__(self._obj), name)
+
+
+_current = None
+_set_worker = None
+
+
+def _jit_wrapper(original):
+    def jit(*args, **kwargs):
+        out = original(*args, **kwargs)
+        if args and callable(out) and not isinstance(out, _Jitted):
+            return _Jitted(out)
+        if not args and callable(out):  # jax.jit(static_argnums=...)(f)
+            return lambda fun: _Jitted(out(fun))
+        return out
+
+    jit.__wrapped__ = original
+    jit.__doc__ = original.__doc__
+    jit.__name__ = getattr(original, "__name__", "jit")
+    jit.__qualname__ = getattr(original, "__qualname__", "jit")
+    jit.__module__ = getattr(original, "__module__", "jax")
+    return jit
+
+
+def _eager_wrapper(original):
+    """EvalTrace.process_primitive: an op run eagerly (outside jit) dispatches its own small
+    executable; its worker time goes to the Python line of the op."""
+
+    def process_primitive(self, primitive, args, params, /):
+        if _options is not None:
+            _set_worker(_current())
+        return original(self, primitive, args, params)
+
+    process_primitive.__wrapped__ = original
+    return process_primitive
+
+
+def _backend_wrapper(original):
+    """xla_bridge._init_backend: creating a client starts XLA's thread pools; their start-up
+    work goes to the line that first needed the backend."""
+
+    def _init_backend(platform, *args, **kwargs):
+        if _options is None or _api is None:
+            return original(platform, *args, **kwargs)
+        node = _api.child(_current(), _api.frame(KIND_SCOPE, f"xla_backend_init({platform})"))
+        _set_worker(node)
+        return original(platform, *args, **kwargs)
+
+    _init_backend.__wrapped__ = original
+    return _init_backend
+
+
+def _profiler_wrapper(original):
+    def start_trace(*args, **kwargs):
+        gpu = sys.modules.get("deepcontext.gpu")
+        on_gpu = gpu is not None and getattr(gpu, "_started", False) and not gpu.status()
+        detail = (
+            "its GPU trace may stay empty and GPU kernels keep going to deepcontext (CUPTI "
+            "takes one client per process)"
+            if on_gpu
+            else "both run; the profiler's own work shows in deepcontext's numbers"
+        )
+        _say(f"jax.profiler.start_trace called while deepcontext profiles: {detail}", key="prof")
+        return original(*args, **kwargs)
+
+    start_trace.__wrapped__ = original
+    return start_trace
+
+
+def _patch(obj, attr, make) -> None:
+    original = getattr(obj, attr, None)
+    if original is None or getattr(original, "__wrapped__", None) is not None and any(
+        p[0] is obj and p[1] == attr for p in _patches
+    ):
+        return
+    replacement = make(original)
+    setattr(obj, attr, replacement)
+    _patches.append((obj, attr, original, replacement))
+
+
+def _unpatch() -> None:
+    for obj, attr, original, replacement in reversed(_patches):
+        if getattr(obj, attr, None) is replacement:
+            setattr(obj, attr, original)
+    _patches.clear()
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: NVTX ranges through the CUPTI layer, command buffers
+# ------------------------------------------------------------------------------------------------
+
+_gpu_lib = None
+
+
+def _cuda_plugin_present() -> bool:
+    """A CUDA build of jaxlib is installed (its plugin package), checked without importing."""
+    for entry in sys.path:
+        base = os.path.join(entry or ".", "jax_plugins")
+        try:
+            if any(n.startswith("xla_cuda") for n in os.listdir(base)):
+                return True
+        except OSError:
+            pass
+        try:
+            if any(n.startswith("jax_cuda") and n.endswith("_plugin") for n in os.listdir(entry)):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _prepare_gpu_environment(options: dict) -> None:
+    """Before jax creates its GPU client: no command buffers (their kernels carry no thunk
+    range), unless the user chose otherwise."""
+    if not options.get("gpu", True) or not _cuda_plugin_present():
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if options.get("jax_command_buffers") or "xla_gpu_enable_command_buffer" in flags:
+        _meta("jax_command_buffers", "user" if "xla_gpu_enable_command_buffer" in flags else "on")
+        return
+    if "jax" in sys.modules and _jax_backend_started():
+        _meta("jax_command_buffers", "on (jax's GPU client already started)")
+        return
+    value = (flags + " " + _COMMAND_BUFFER_FLAG).strip()
+    os.environ["XLA_FLAGS"] = value
+    _env_changes["XLA_FLAGS"] = value
+    _meta("jax_command_buffers", f"off while profiling (XLA_FLAGS {_COMMAND_BUFFER_FLAG})")
+
+
+def _jax_backend_started() -> bool:
+    xb = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(xb, "_backends", None))
+
+
+def _meta(key: str, value: str) -> None:
+    try:
+        from . import _core
+
+        _core.set_meta(key, value)
+    except Exception:
+        pass
+
+
+def _gpu_layer():
+    """The CUPTI layer's library when GPU tracing runs, else None."""
+    global _gpu_lib
+    gpu = sys.modules.get("deepcontext.gpu")
+    lib = getattr(gpu, "_lib", None) if gpu is not None else None
+    if lib is None or not getattr(gpu, "_started", False) or gpu.status().startswith("GPU metrics"):
+        return None
+    if _gpu_lib is None:
+        if not hasattr(lib, "dctx_cupti_hlo_module"):
+            return None
+        lib.dctx_cupti_hlo_module.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p]
+        lib.dctx_cupti_hlo_module.restype = None
+        lib.dctx_cupti_nvtx_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+        lib.dctx_cupti_nvtx_stats.restype = None
+        _gpu_lib = lib
+    return _gpu_lib
+
+
+def _prepare_nvtx() -> None:
+    """Point NVTX at the CUPTI library we trace with, so XLA's ranges reach our subscriber. NVTX
+    reads the variable at its first call (XLA's first annotation, after jax is imported)."""
+    lib = _gpu_layer()
+    if lib is None:
+        return
+    current = os.environ.get("NVTX_INJECTION64_PATH")
+    if current:
+        _meta("jax_nvtx", f"NVTX_INJECTION64_PATH set by the user: {current}")
+        return
+    path = lib.dctx_cupti_library().decode(errors="replace")
+    if path:
+        os.environ["NVTX_INJECTION64_PATH"] = path
+        _env_changes["NVTX_INJECTION64_PATH"] = path
+        _meta("jax_nvtx", f"XLA's NVTX ranges through {path}")
+
+
+def _register_gpu_module(info: ModuleInfo) -> None:
+    lib = _gpu_layer()
+    if lib is None:
+        return
+    rows = "".join(
+        f"{instr}\t{','.join(map(str, chain))}\n" for instr, chain in info.chains.items()
+    )
+    lib.dctx_cupti_hlo_module(info.name.encode(), info.program_id, rows.encode())
+
+
+_NVTX_STATS = ("pushes", "strings", "launches", "launches_in_thunk", "thunks_with_source")
+
+
+def nvtx_stats() -> dict:
+    """Counters of the CUPTI layer's NVTX handling (pushes, launches in a thunk, ...)."""
+    lib = _gpu_layer()
+    if lib is None:
+        return {}
+    v = (ctypes.c_uint64 * len(_NVTX_STATS))()
+    lib.dctx_cupti_nvtx_stats(v)
+    return dict(zip(_NVTX_STATS, v))
+
+
+# ------------------------------------------------------------------------------------------------
+# XLA:CPU JIT code: kernels registered through the GDB JIT interface
+# ------------------------------------------------------------------------------------------------
+
+
+class JitSymbols:
+    """Address ranges of XLA:CPU's JIT-compiled kernels, read from the in-memory objects that
+    LLVM registers with the GDB JIT interface (``__jit_debug_descriptor`` in jaxlib)."""
+
+    def __init__(self, descriptor: int):
+        self.descriptor = descriptor
+        self.seen: set[int] = set()
+        self.ranges: list[tuple[int, int, str]] = []  # (start, end, symbol)
+
+    @classmethod
+    def find(cls):
+        lib = None
+        for line in open("/proc/self/maps"):
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].endswith("libjax_common.so") and parts[2] == "00000000":
+                lib = (int(parts[0].split("-")[0], 16), parts[5])
+                break
+        if lib is None:
+            return None
+        offset = _elf_symbol(lib[1], b"__jit_debug_descriptor")
+        return cls(lib[0] + offset) if offset else None
+
+    def refresh(self, info: ModuleInfo | None = None) -> list[tuple[int, int, str]]:
+        new = []
+        head = ctypes.string_at(self.descriptor, 24)
+        _version, _flag, _relevant, entry = struct.unpack("IIQQ", head)
+        guard = 0
+        while entry and guard < 1_000_000:
+            guard += 1
+            nxt, _prev, addr, size = struct.unpack("QQQQ", ctypes.string_at(entry, 32))
+            if entry not in self.seen:
+                self.seen.add(entry)
+                try:
+                    new += _object_functions(ctypes.string_at(addr, size))
+                except Exception:
+                    pass
+            entry = nxt
+        self.ranges += new
+        return new
+
+
+def _elf_sections(data: bytes):
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF object")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    out = []
+    for i in range(shnum):
+        name, typ, _flags, addr, off, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", data, shoff + i * shentsize
+        )
+        out.append((typ, addr, off, size, link, entsize))
+    return out
+
+
+def _object_functions(data: bytes) -> list[tuple[int, int, str]]:
+    sections = _elf_sections(data)
+    out = []
+    for typ, _addr, off, size, link, entsize in sections:
+        if typ != 2:  # SHT_SYMTAB
+            continue
+        stroff = sections[link][2]
+        for k in range(size // (entsize or 24)):
+            st_name, st_info, _o, st_shndx, st_value, st_size = struct.unpack_from(
+                "<IBBHQQ", data, off + k * 24
+            )
+            if st_info & 0xF != 2 or st_size == 0 or st_shndx == 0 or st_shndx >= len(sections):
+                continue
+            end = data.index(b"\0", stroff + st_name)
+            name = data[stroff + st_name : end].decode(errors="replace")
+            start = sections[st_shndx][1] + st_value
+            out.append((start, start + st_size, name))
+    return out
+
+
+def _elf_symbol(path: str, wanted: bytes) -> int:
+    """Value of a (possibly local) symbol in an ELF file's .symtab, 0 if absent."""
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        shoff = struct.unpack_from("<Q", data, 0x28)[0]
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
+        for _n, typ, _f, _a, off, size, link, _i, _al, entsize in sections:
+            if typ != 2:
+                continue
+            stroff = sections[link][4]
+            strsize = sections[link][5]
+            pos = data.find(b"\0" + wanted + b"\0", stroff, stroff + strsize)
+            if pos < 0:
+                continue
+            name_off = pos + 1 - stroff
+            for k in range(size // (entsize or 24)):
+                st_name = struct.unpack_from("<I", data, off + k * 24)[0]
+                if st_name == name_off:
+                    return struct.unpack_from("<Q", data, off + k * 24 + 8)[0]
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Activation (deferred until jax is imported)
+# ------------------------------------------------------------------------------------------------
+
+
+class _JaxImportHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps jax's loader so that activation runs right after jax's own
+    module code has run."""
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "jax" or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = importlib.util.find_spec("jax")
+        finally:
+            self._busy.on = False
+        loader = getattr(spec, "loader", None) if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            _remove_finder()
+            try:  # threads that jaxlib starts while it loads work for the import's line
+                from . import _core
+
+                _core.set_worker_context(_core.current())
+            except Exception:
+                pass
+            original(module)
+            _on_jax_imported()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _remove_finder() -> None:
+    global _finder
+    with _lock:
+        if _finder is not None:
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
+            _finder = None
+
+
+def activate(options: dict) -> None:
+    global _options, _finder
+    if not options.get("jax", True):
+        return
+    _options = dict(options)
+    _prepare_gpu_environment(options)
+    if "jax" in sys.modules and hasattr(sys.modules["jax"], "jit"):
+        _on_jax_imported()
+        return
+    with _lock:
+        if _finder is None:
+            _finder = _JaxImportHook()
+            sys.meta_path[0:0] = [_finder, _finder]
+
+
+def _on_jax_imported() -> None:
+    global _installed, _api, _current, _set_worker, _jit_symbols
+    if _options is None or _installed:
+        return
+    try:
+        import jax
+        from jax._src import compiler
+        from jax._src import profiler as jax_profiler
+
+        _api = _Api()
+        _current = _api.core.current
+        _set_worker = _api.core.set_worker_context
+        _patch(compiler, "compile_or_get_cached", _compile_wrapper)
+        _patch(jax, "jit", _jit_wrapper)
+        from jax._src import core as jax_core
+        from jax._src import xla_bridge
+
+        _patch(xla_bridge, "_init_backend", _backend_wrapper)
+
+        if hasattr(jax_core, "EvalTrace"):
+            _patch(jax_core.EvalTrace, "process_primitive", _eager_wrapper)
+        _patch(jax_profiler, "start_trace", _profiler_wrapper)
+        if getattr(jax, "profiler", None) is not None:
+            jax.profiler.start_trace = jax_profiler.start_trace
+        _prepare_nvtx()
+        if _options.get("native"):
+            try:
+                _jit_symbols = JitSymbols.find()
+            except Exception:
+                _jit_symbols = None
+        _installed = True
+        _meta("jax_integration", "on")
+    except Exception as exc:  # never break the user's program
+        _say(f"jax: integration disabled: {exc}", key="disabled")
+
+
+def deactivate() -> None:
+    global _options, _installed, _jit_symbols
+    _remove_finder()
+    if _installed and _api is not None:
+        try:
+            _api.core.set_worker_context(0)
+        except Exception:
+            pass
+        _meta("jax_compiled_modules", str(_stats["compiles"]))
+        _meta("jax_hlo_ops", str(_stats["hlo_ops"]))
+        stats = nvtx_stats()
+        if stats:
+            _meta("jax_nvtx_stats", json.dumps(stats))
+    _unpatch()
+    # XLA_FLAGS and NVTX_INJECTION64_PATH stay: jax and NVTX read them once per process.
+    _options = None
+    _installed = False
+    _jit_symbols = None

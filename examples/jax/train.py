@@ -12,7 +12,6 @@ import functools
 import time
 
 import jax
-import jax.numpy as jnp
 from model import cross_entropy, init_mlp, init_transformer, mlp, transformer
 
 
@@ -71,7 +70,9 @@ def main(argv=None) -> float:
     loss = float(loss)
     elapsed = time.perf_counter() - t0
     ms = elapsed / max(args.steps, 1) * 1e3
-    print(f"{args.model}: {args.steps} steps in {elapsed:.3f} s ({ms:.2f} ms/step), loss {loss:.4f}")
+    print(
+        f"{args.model}: {args.steps} steps in {elapsed:.3f} s ({ms:.2f} ms/step), loss {loss:.4f}"
+    )
     return elapsed
 
 

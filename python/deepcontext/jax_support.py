@@ -503,8 +503,10 @@ def _profiler_wrapper(original):
 
 def _patch(obj, attr, make) -> None:
     original = getattr(obj, attr, None)
-    if original is None or getattr(original, "__wrapped__", None) is not None and any(
-        p[0] is obj and p[1] == attr for p in _patches
+    if (
+        original is None
+        or getattr(original, "__wrapped__", None) is not None
+        and any(p[0] is obj and p[1] == attr for p in _patches)
     ):
         return
     replacement = make(original)
@@ -630,7 +632,7 @@ def nvtx_stats() -> dict:
         return {}
     v = (ctypes.c_uint64 * len(_NVTX_STATS))()
     lib.dctx_cupti_nvtx_stats(v)
-    return dict(zip(_NVTX_STATS, v))
+    return dict(zip(_NVTX_STATS, v, strict=True))
 
 
 # ------------------------------------------------------------------------------------------------

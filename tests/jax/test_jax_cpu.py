@@ -8,10 +8,9 @@ import os
 import jax
 import jax.numpy as jnp
 import pytest
-from jax_helpers import EXAMPLES, has_line, line_of, run_deepcontext, write_program, xla_execution
-
 from deepcontext import jax_support
 from deepcontext.reader import load
+from jax_helpers import EXAMPLES, has_line, line_of, run_deepcontext, write_program, xla_execution
 
 STEP_MARK = "# the jitted step's call site"
 

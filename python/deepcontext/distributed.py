@@ -85,6 +85,7 @@ _tls = threading.local()
 _stats_lock = threading.Lock()
 _stats: dict = {}
 _ddp_bytes: dict[int, int] = {}
+_open_ddp: dict[int, dict] = {}  # thread id -> the DDP wait whose frame is open on it
 _spawn_rank: tuple[int, int] | None = None  # (index, nprocs) in a process made by mp.spawn
 
 
@@ -162,6 +163,7 @@ def deactivate() -> None:
     if not _active:
         return
     try:
+        _close_open_ddp_wait()
         _set_rank_meta()
         summary = summary_dict()
         if summary["comm_calls"] or "rank" in summary:
@@ -387,7 +389,9 @@ def _metric(name: str) -> int:
     if m is None:
         for n, unit, desc in METRICS:
             if n == name:
-                m = _metrics[n] = _load_lib().dctx_metric_id(n.encode(), unit.encode(), desc.encode())
+                m = _metrics[n] = _load_lib().dctx_metric_id(
+                    n.encode(), unit.encode(), desc.encode()
+                )
     return m
 
 
@@ -407,10 +411,18 @@ def _count(kind: str, **values: float) -> None:
 
 
 def summary_dict() -> dict:
+    """This rank's communication totals (the `distributed` metadata): comm_calls, comm_bytes,
+    comm_time (inside collective calls), comm_wait_time (all waits, also those inside calls),
+    comm_total_time (time spent communicating, each moment once: collective calls + waits outside
+    them + DDP's bucket wait), by_collective (the same per collective), rank, world_size, and
+    ddp_loop_time (from the first DDP forward to the last gradient sync: the training loop)."""
     with _stats_lock:
         out = json.loads(json.dumps(_stats))
-    for k in ("comm_calls", "comm_bytes", "comm_time", "comm_wait_time"):
+    for k in ("comm_calls", "comm_bytes", "comm_time", "comm_wait_time", "comm_total_time"):
         out.setdefault(k, 0)
+    first, last = out.pop("first_step_ns", None), out.pop("last_sync_ns", None)
+    if first is not None and last is not None and last > first:
+        out["ddp_loop_time"] = last - first
     return out
 
 
@@ -461,7 +473,7 @@ def _wrap_collective(name: str, orig):
             _exit()
             _tls.depth = 0
             _add(node, {"comm_calls": 1, "comm_bytes": nbytes, "comm_time": dt})
-            _count(name, comm_calls=1, comm_bytes=nbytes, comm_time=dt)
+            _count(name, comm_calls=1, comm_bytes=nbytes, comm_time=dt, comm_total_time=dt)
 
     wrapper.__deepcontext_wrapped__ = orig
     return wrapper
@@ -482,7 +494,10 @@ def _wrap_wait(orig):
             _exit()
             _tls.in_wait = False
             _add(node, {"comm_wait_time": dt})
-            _count("wait", comm_wait_time=dt)
+            if getattr(_tls, "depth", 0):  # inside a synchronous collective: part of its time
+                _count("wait_in_collective", comm_wait_time=dt)
+            else:
+                _count("wait", comm_wait_time=dt, comm_total_time=dt)
 
     wait.__deepcontext_wrapped__ = orig
     return wait
@@ -506,9 +521,14 @@ def _wrap_ddp_forward(orig):
 
     @functools.wraps(orig)
     def forward(self, *args, **kwargs):
+        t0 = time.perf_counter_ns()
+        if _open_ddp:
+            _close_open_ddp_wait()
         out = orig(self, *args, **kwargs)
         try:
             if _active and _core().is_active() and getattr(self, "require_backward_grad_sync", 0):
+                if "first_step_ns" not in _stats:
+                    _stats["first_step_ns"] = t0
                 _hook_ddp_output(self, out)
         except Exception:
             pass
@@ -534,9 +554,15 @@ def _first_grad_tensor(out):
     return None
 
 
+def _close_open_ddp_wait() -> None:
+    """A dist.ddp_wait frame left open on this thread (its backward failed before DDP's finalize
+    callback ran) is closed here."""
+    if _open_ddp.pop(threading.get_ident(), None) is not None:
+        _exit()
+
+
 def _hook_ddp_output(ddp, out) -> None:
     import torch
-
     import torch.distributed as dist
 
     t = _first_grad_tensor(out)
@@ -547,11 +573,15 @@ def _hook_ddp_output(ddp, out) -> None:
     state = {"done": False}
 
     def after():
+        if _open_ddp.pop(threading.get_ident(), None) is not state:
+            return  # closed already (a deactivated session or a failed backward)
         dt = time.perf_counter_ns() - state["t0"]
-        node = _enter("dist.ddp_wait")
         _exit()
-        _add(node, {"comm_wait_time": dt, "comm_bytes": nbytes, "comm_calls": 1})
-        _count("ddp_all_reduce", comm_wait_time=dt, comm_bytes=nbytes, comm_calls=1)
+        _add(state["node"], {"comm_wait_time": dt, "comm_bytes": nbytes, "comm_calls": 1})
+        _count(
+            "ddp_all_reduce", comm_wait_time=dt, comm_bytes=nbytes, comm_calls=1, comm_total_time=dt
+        )
+        _stats["last_sync_ns"] = time.perf_counter_ns()
         try:
             if dist.is_initialized():
                 _stats["dist_backend"] = str(dist.get_backend())
@@ -559,7 +589,13 @@ def _hook_ddp_output(ddp, out) -> None:
             pass
 
     def before():
+        # the frame stays open until `after`, so samples taken meanwhile land in it
+        if not (_active and _core().is_active()):
+            return
+        _close_open_ddp_wait()
+        state["node"] = _enter("dist.ddp_wait")
         state["t0"] = time.perf_counter_ns()
+        _open_ddp[threading.get_ident()] = state
         engine.queue_callback(after)
 
     def hook(grad):

@@ -195,6 +195,9 @@ def _on_torch_imported() -> None:
     options = _options
     if options is None or _installed:
         return
+    from . import distributed
+
+    distributed.on_torch_imported()  # collectives, mp.spawn, DDP (does not need the adapter)
     try:
         lib = load_adapter()
         flags = _flags(options)
@@ -206,9 +209,6 @@ def _on_torch_imported() -> None:
         if flags & FLAG_MEMORY:
             _patch_torch_profiler(lib)
         _register_worker_exit()
-        from . import distributed
-
-        distributed.on_torch_imported()
     except Exception as exc:  # never break the user's program
         msg = f"torch: operator context disabled: {exc}"
         try:

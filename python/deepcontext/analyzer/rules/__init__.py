@@ -3,6 +3,7 @@
 from . import (
     backward_imbalance,
     data_loader,
+    distributed,
     gpu_kernels,
     gpu_launch,
     host_sync,
@@ -13,6 +14,7 @@ from . import (
 __all__ = [
     "backward_imbalance",
     "data_loader",
+    "distributed",
     "gpu_kernels",
     "gpu_launch",
     "host_sync",

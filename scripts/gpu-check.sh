@@ -60,14 +60,22 @@ fi
 
 if want tests; then
   t0=$SECONDS
-  (cd /tmp && "$py" -m pytest -q -p no:cacheprovider -x "$root/tests/gpu" 2>&1) | tee "$out/tests.log" | tail -25
+  (cd /tmp && timeout "${TESTS_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider "$root/tests/gpu" ${TESTS_ARGS:-} 2>&1) | tee "$out/tests.log" | tail -25
   row tests "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "$(grep -E 'passed|failed' "$out/tests.log" | tail -1)"
+fi
+
+if want cases; then
+  t0=$SECONDS
+  # The analyzer's case studies before/after (docs/case-studies.md); CASE_ARGS e.g. "--steps 10".
+  (cd /tmp && OUT="$out/cases" PYTHON="$py" timeout "${CASES_TIMEOUT:-240}" \
+    bash "$root/examples/case_studies/run_gpu.sh" 2>&1) | tee "$out/cases.log" | tail -12
+  row cases "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "cases/summary.txt"
 fi
 
 if want bench; then
   t0=$SECONDS
   # shellcheck disable=SC2086
-  (cd /tmp && PYTHONUNBUFFERED=1 "$py" "$root/bench/gpu_overhead.py" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log" | tail -30
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-300}" "$py" "$root/bench/gpu_overhead.py" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log" | tail -30
   row bench "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "bench.json"
 fi
 

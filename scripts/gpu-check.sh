@@ -6,6 +6,7 @@
 # installs the package into the machine's Python, captures the CUPTI fixtures, runs the GPU tests
 # and the GPU benchmark, and prints a summary table. Logs and results go to $OUT (or ./out-gpu).
 # Steps: STEPS="build fixtures tests bench" (default all); BENCH_ARGS passes options to the bench.
+# STEPS="build distributed": DDP with NCCL under the profiler (examples/distributed/gpu_check.py).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -70,6 +71,17 @@ if want cases; then
   (cd /tmp && OUT="$out/cases" PYTHON="$py" timeout "${CASES_TIMEOUT:-240}" \
     bash "$root/examples/case_studies/run_gpu.sh" 2>&1) | tee "$out/cases.log" | tail -12
   row cases "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "cases/summary.txt"
+fi
+
+if want distributed; then
+  t0=$SECONDS
+  # torch.distributed with NCCL (docs/distributed.md): 1-GPU DDP (world_size 1) without/with the
+  # profiler, NCCL kernels under the all-reduce call site; 2 ranks + straggler when 2+ GPUs.
+  (cd /tmp && NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    timeout "${DIST_TIMEOUT:-300}" "$py" "$root/examples/distributed/gpu_check.py" \
+    --out "$out/distributed" ${DIST_ARGS:-} 2>&1) | tee "$out/distributed.log" | tail -12
+  row distributed "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
+    "$(grep -E '^distributed: (ok|FAIL):' "$out/distributed.log" | tail -1 | cut -c14-)"
 fi
 
 if want bench; then

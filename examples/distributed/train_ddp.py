@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=2, help="steps before the timed ones")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
@@ -84,14 +85,22 @@ def worker(rank: int, world: int, args) -> None:
     model = MLP(args.hidden, args.layers).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
+    # mean loss for logging (gloo has no AVG; NCCL's AVG also runs a kernel with one rank, where an
+    # in-place SUM is a no-op)
+    op = dist.ReduceOp.AVG if backend == "nccl" else dist.ReduceOp.SUM
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
         x, y = load_batch(args, rank, device)
         loss = train_step(ddp, opt, x, y)
-        dist.all_reduce(loss)  # mean loss for logging
+        dist.all_reduce(loss, op=op)
     if device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
+    if op == dist.ReduceOp.SUM:
+        loss /= world
     # one of each of the other collectives
     t = torch.full((1024,), float(rank), device=device)
     gathered = [torch.empty_like(t) for _ in range(world)]
@@ -104,7 +113,7 @@ def worker(rank: int, world: int, args) -> None:
     if rank == 0:
         print(
             f"train_ddp: {world} ranks ({backend}), {args.steps} steps in {elapsed:.3f} s, "
-            f"{1000 * elapsed / max(args.steps, 1):.2f} ms/step, loss {loss.item() / world:.4f}",
+            f"{1000 * elapsed / max(args.steps, 1):.2f} ms/step, loss {loss.item():.4f}",
             flush=True,
         )
     dist.destroy_process_group()

@@ -89,6 +89,8 @@ def job(tmp_path_factory):
         str(EXAMPLE),
         "--steps",
         str(STEPS),
+        "--warmup",
+        "0",
         "--hidden",
         str(HIDDEN),
         "--layers",
@@ -133,7 +135,7 @@ def test_collective_call_sites_types_and_bytes(job):
     grad_bytes = 4 * (LAYERS * (HIDDEN * HIDDEN + HIDDEN) + HIDDEN * 10 + 10)
     # the loss all-reduce in the loop: call site, calls, 4 bytes each, its blocking wait below it
     [ar] = [
-        n for n in _nodes(prof, "dist.all_reduce") if _at_line(n, _line("dist.all_reduce(loss)"))
+        n for n in _nodes(prof, "dist.all_reduce") if _at_line(n, _line("dist.all_reduce(loss, op=op)"))
     ]
     assert ar.frame.kind == "operator"
     assert ar.inclusive("comm_calls") == STEPS

@@ -96,7 +96,9 @@ def start(output: str | None = None, **options) -> str:
     core.set_meta("command", json.dumps(opts["command"]))
     core.set_meta("cwd", os.getcwd())
     core.set_meta("host", socket.gethostname())
-    core.set_meta("metrics_enabled", json.dumps(["cpu_time", "wall_time", "samples"]))
+    enabled = ["cpu_time", "samples"] + (["wall_time"] if opts["wall"] else [])
+    enabled += ["cycles", "instructions"] if opts["counters"] else []
+    core.set_meta("metrics_enabled", json.dumps(enabled))
     for k, v in _versions().items():
         core.set_meta(k, v)
     _state = {"options": opts, "integrations": []}

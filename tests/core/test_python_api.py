@@ -79,3 +79,20 @@ def test_step_window_profiles_only_its_steps_and_decorator_profiles_each_call(tm
 def test_step_window_must_be_contiguous(steps):
     with pytest.raises(UserError):
         deepcontext.profile("x.dctx", steps=steps)
+
+
+def test_metrics_option_limits_the_sampled_metrics(run_program):
+    _, out = run_program("x = sum(i * i for i in range(3_000_000))\n", "--metrics", "cpu_time")
+    p = deepcontext.load(out)
+    assert p.total("cpu_time") > 0
+    assert p.total("wall_time") == 0
+    assert p.meta["metrics_enabled"] == '["cpu_time", "samples"]'
+
+
+def test_unknown_metric_is_one_line(run_program):
+    proc, _ = run_program("pass\n", "--metrics", "cpu_time,bogus", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "deepcontext: error: unknown metric bogus: choose from cpu_time, wall_time, cycles, "
+        "instructions"
+    )

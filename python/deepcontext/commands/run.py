@@ -54,6 +54,13 @@ def register(subparsers) -> None:
         help="forked children (e.g. DataLoader workers): not profiled, or each writes "
         "<output>.<pid>.dctx",
     )
+    p.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help="sampled metrics to record, comma-separated, of "
+        + ", ".join(SAMPLED_METRICS)
+        + " (default: all that the machine allows; cpu_time is always recorded)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     from ..session import integration_modules
@@ -64,6 +71,23 @@ def register(subparsers) -> None:
             add(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="script and its arguments")
     p.set_defaults(func=main)
+
+
+SAMPLED_METRICS = ("cpu_time", "wall_time", "cycles", "instructions")
+
+
+def _apply_metrics(args) -> None:
+    """--metrics: wall_time off unless listed, hardware counters off unless one is listed."""
+    if not args.metrics:
+        return
+    wanted = {m.strip() for m in args.metrics.split(",") if m.strip()}
+    unknown = sorted(wanted - set(SAMPLED_METRICS))
+    if unknown:
+        raise UserError(
+            f"unknown metric {', '.join(unknown)}: choose from {', '.join(SAMPLED_METRICS)}"
+        )
+    args.wall = args.wall and "wall_time" in wanted
+    args.counters = args.counters and bool(wanted & {"cycles", "instructions"})
 
 
 def _split_program(args) -> tuple[str | None, str | None, list[str]]:
@@ -124,6 +148,7 @@ def _exec_native(exe: str, argv: list[str], output: str, args) -> int:
 def main(args) -> int:
     from .. import session
 
+    _apply_metrics(args)
     script, module, rest = _split_program(args)
     stem = (
         os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
@@ -134,7 +159,7 @@ def main(args) -> int:
     options = {
         k: v
         for k, v in vars(args).items()
-        if k not in ("func", "program", "module", "output", "quiet", "command")
+        if k not in ("func", "program", "module", "output", "quiet", "command", "metrics")
     }
     if script:
         sys.argv = [script, *rest]

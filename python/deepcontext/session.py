@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 
-INTEGRATIONS = ("torch_support", "gpu", "jax_support")
+INTEGRATIONS = ("torch_support", "gpu", "jax_support", "timeline")
 
 _state: dict | None = None
 _atexit_registered = False

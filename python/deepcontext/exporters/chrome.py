@@ -1,15 +1,175 @@
-"""Chrome trace events (Perfetto, chrome://tracing) from a profile's bounded timeline."""
+"""Chrome trace events (Perfetto, chrome://tracing) from a profile's bounded timeline.
+
+The trace-event JSON object format: one complete event ("ph": "X") per timeline event, named as
+in the report, with its full call path, step and node id in `args`. CPU events sit in the
+profiled process (one track per thread), GPU events in one process per device (one track per
+stream), and the steps on a track of their own. Times are microseconds from the first step's start
+(`otherData.t0_ns` holds that instant on CLOCK_MONOTONIC).
+"""
 
 from __future__ import annotations
 
 import io
+import json
+import sqlite3
 
-from ..errors import UserError
-from ..render import Tree
+from ..errors import ProfileError, UserError
+from ..reader import FRAME_KINDS
+from ..render import Tree, frame_label
+
+GPU_PID_BASE = 1 << 30  # GPU d is process GPU_PID_BASE + d (no real pid is that large)
+STEP_TID = 0
+_KERNEL_PROPS = ("grid", "block", "registers_per_thread", "theoretical_occupancy", "input_shapes")
+
+
+def read_timeline(path: str) -> tuple[list[tuple], list[tuple]]:
+    """(events, steps) of the profile: events as (step, kind, node, start_ns, end_ns, tid,
+    device, stream) by start time, steps as (step, start_ns, end_ns)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "timeline" not in tables:
+            raise UserError(
+                f"{path}: no timeline in this profile (record one with "
+                "`deepcontext run --timeline N ...` or deepcontext.start(timeline=N))"
+            )
+        events = con.execute(
+            "SELECT step, kind, node, start_ns, end_ns, tid, device, stream FROM timeline "
+            "ORDER BY start_ns, end_ns DESC"
+        ).fetchall()
+        steps = []
+        if "timeline_steps" in tables:
+            steps = con.execute(
+                "SELECT step, start_ns, end_ns FROM timeline_steps ORDER BY step"
+            ).fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{path}: corrupt timeline ({e})") from None
+    finally:
+        con.close()
+    return events, steps
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+def document(tree: Tree) -> dict:
+    info = tree.profile
+    meta = info.meta
+    events, steps = read_timeline(info.path)
+    parent = tree.parent.tolist()
+    frame = tree.frame.tolist()
+    labels: dict[int, str] = {}
+    paths: dict[int, list[str]] = {0: []}
+
+    def label(node: int) -> str:
+        if node not in labels:
+            labels[node] = frame_label(tree.frames[frame[node]])
+        return labels[node]
+
+    def path(node: int) -> list[str]:
+        chain = []
+        n = node
+        while n not in paths:
+            chain.append(n)
+            n = parent[n]
+        for m in reversed(chain):
+            paths[m] = paths[parent[m]] + [label(m)]
+        return paths[node]
+
+    starts = [s[1] for s in steps] + [e[3] for e in events]
+    t0 = min(starts) if starts else 0
+    pid = int(meta.get("pid", "0") or 0)
+    out: list[dict] = []
+    threads: set[int] = set()
+    streams: set[tuple[int, int]] = set()
+    for step, kind, node, start, end, tid, device, stream in events:
+        if not 0 <= node < len(parent):
+            continue
+        gpu = device >= 0
+        args = {"step": step, "node": node, "path": path(node)}
+        for key in _KERNEL_PROPS:
+            value = info.props.get(node, {}).get(key)
+            if value is not None:
+                args[key] = value
+        ev = {
+            "name": label(node),
+            "cat": FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}",
+            "ph": "X",
+            "ts": _us(start - t0),
+            "dur": _us(max(end - start, 0)),
+            "pid": GPU_PID_BASE + device if gpu else pid,
+            "tid": stream if gpu else tid,
+            "args": args,
+        }
+        if gpu:
+            streams.add((device, stream))
+        else:
+            threads.add(tid)
+        out.append(ev)
+    for step, start, end in steps:
+        out.append(
+            {
+                "name": f"step {step}",
+                "cat": "step",
+                "ph": "X",
+                "ts": _us(start - t0),
+                "dur": _us(max(end - start, 0)),
+                "pid": pid,
+                "tid": STEP_TID,
+                "args": {"step": step},
+            }
+        )
+    out.sort(key=lambda e: (e["ts"], -e["dur"]))
+    out[0:0] = _metadata(meta, pid, threads, streams)
+    return {
+        "traceEvents": out,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "exporter": "deepcontext",
+            "profile": info.path,
+            "clock": meta.get("timeline_clock", "CLOCK_MONOTONIC"),
+            "t0_ns": t0,
+            "steps_kept": [s[0] for s in steps],
+            "steps_requested": meta.get("timeline_steps", ""),
+        },
+    }
+
+
+def _metadata(meta: dict, pid: int, threads: set[int], streams: set[tuple[int, int]]) -> list:
+    def m(name: str, p: int, tid: int, value, key: str = "name") -> dict:
+        return {"name": name, "ph": "M", "pid": p, "tid": tid, "args": {key: value}}
+
+    try:
+        names = {int(k): v for k, v in json.loads(meta.get("timeline_threads", "{}")).items()}
+    except (ValueError, AttributeError):
+        names = {}
+    try:
+        gpus = {int(d["ordinal"]): d.get("name", "") for d in json.loads(meta["gpu_devices"])}
+    except (KeyError, ValueError, TypeError):
+        gpus = {}
+    command = " ".join(json.loads(meta.get("command", "[]")) or []) if meta.get("command") else ""
+    out = [
+        m("process_name", pid, 0, f"{command or 'python'} (pid {pid})"),
+        m("process_sort_index", pid, 0, 0, "sort_index"),
+        m("thread_name", pid, STEP_TID, "steps"),
+        m("thread_sort_index", pid, STEP_TID, -1, "sort_index"),
+    ]
+    for tid in sorted(threads):
+        name = names.get(tid) or f"thread {tid}"
+        if tid == pid:
+            name = f"main thread ({name})"
+        out.append(m("thread_name", pid, tid, name))
+    for device in sorted({d for d, _ in streams}):
+        p = GPU_PID_BASE + device
+        title = f"GPU {device}" + (f" ({gpus[device]})" if gpus.get(device) else "")
+        out.append(m("process_name", p, 0, title))
+        out.append(m("process_sort_index", p, 0, 1 + device, "sort_index"))
+    for device, stream in sorted(streams):
+        out.append(m("thread_name", GPU_PID_BASE + device, stream, f"stream {stream}"))
+    return out
 
 
 def export(tree: Tree, metrics: list[str], out: io.BufferedIOBase) -> None:
-    raise UserError(
-        f"{tree.profile.path}: no timeline in this profile; the chrome format exports the bounded "
-        "timeline, which this version of deepcontext does not record yet"
-    )
+    doc = document(tree)
+    out.write(json.dumps(doc, separators=(",", ":")).encode())

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "deepcontext/monitor.h"
+#include "deepcontext/timeline.h"
 
 #ifndef DCTX_TORCH_VERSION
 #define DCTX_TORCH_VERSION "unknown"
@@ -144,7 +145,8 @@ struct OpEntry {
   dctx_node node;
   int64_t start_ns;
   int64_t child_ns;
-  int64_t seq;  // -1 when not recorded in the forward map
+  int64_t seq;    // -1 when not recorded in the forward map
+  uint32_t step;  // timeline step at entry
 };
 
 struct NameSlot {
@@ -468,7 +470,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       }
     }
   }
-  ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq});
+  ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq, dctx_timeline_step()});
   return nullptr;
 }
 
@@ -490,6 +492,8 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
     if (g_enabled.load(std::memory_order_relaxed)) {
       dctx_add(e.node, g_m_op_time, double(excl));
       dctx_add(e.node, g_m_op_count, 1.0);
+      if (dctx_timeline_on())
+        dctx_timeline_record(DCTX_FRAME_OPERATOR, e.node, e.start_ns, t, e.step);
     }
     if (!ts.ops.empty()) ts.ops.back().child_ns += elapsed;
     dctx_exit(DCTX_DOMAIN_OPERATOR);

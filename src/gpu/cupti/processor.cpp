@@ -1,12 +1,15 @@
 #include "processor.h"
 
 #include <cxxabi.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "deepcontext/timeline.h"
 #include "occupancy.h"
 
 namespace dctx::gpu {
@@ -128,6 +131,13 @@ Processor::Processor(DeviceQuery query) : query_(std::move(query)) {
   m_memcpy_bytes_ = dctx_metric_id("memcpy_bytes", "bytes", "bytes copied");
   m_memset_time_ = dctx_metric_id("memset_time", "ns", "GPU memset time");
   m_memset_bytes_ = dctx_metric_id("memset_bytes", "bytes", "bytes set");
+  void *steps = mmap(nullptr, kLaunchSteps * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (steps != MAP_FAILED) launch_steps_ = static_cast<uint32_t *>(steps);
+}
+
+Processor::~Processor() {
+  if (launch_steps_ != nullptr) munmap(launch_steps_, kLaunchSteps * sizeof(uint32_t));
 }
 
 ApiInfo Processor::make_api(std::string_view cupti_name) const {
@@ -156,6 +166,9 @@ void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t corre
     state.captured = false;
     if (api.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
   }
+  if (dctx_timeline_on() && launch_steps_ != nullptr)
+    __atomic_store_n(&launch_steps_[correlation & (kLaunchSteps - 1)], dctx_timeline_step(),
+                     __ATOMIC_RELAXED);
   correlations_.put(correlation, state.node);
 }
 
@@ -278,6 +291,7 @@ void Processor::kernel(const dctx_gpu_activity &r) {
     }
   }
   if (r.end > r.start) dev.pending.push_back({r.start, r.end, base});
+  if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, node, r, base != unattributed_node_);
 }
 
 void Processor::memcpy(const dctx_gpu_activity &r) {
@@ -288,6 +302,7 @@ void Processor::memcpy(const dctx_gpu_activity &r) {
   dctx_add(node, m_memcpy_bytes_, static_cast<double>(r.bytes));
   ++stats_.memcpys;
   device(r.device);
+  if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMCPY, node, r, base != unattributed_node_);
 }
 
 void Processor::memset(const dctx_gpu_activity &r) {
@@ -298,6 +313,18 @@ void Processor::memset(const dctx_gpu_activity &r) {
   dctx_add(node, m_memset_bytes_, static_cast<double>(r.bytes));
   ++stats_.memsets;
   device(r.device);
+  if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMSET, node, r, base != unattributed_node_);
+}
+
+void Processor::timeline_event(dctx_frame_kind kind, dctx_node node, const dctx_gpu_activity &r,
+                               bool launched_here) {
+  const uint32_t step =
+      launched_here && launch_steps_ != nullptr
+          ? __atomic_load_n(&launch_steps_[r.correlation & (kLaunchSteps - 1)], __ATOMIC_RELAXED)
+          : dctx_timeline_step();
+  const int64_t start = static_cast<int64_t>(r.start) - clock_offset_;
+  const int64_t end = static_cast<int64_t>(r.end > r.start ? r.end : r.start) - clock_offset_;
+  dctx_timeline_record_gpu(kind, node, start, end, step, r.device, r.stream);
 }
 
 // Buffers arrive out of order (a flush can deliver older kernels after newer ones), so kernel
@@ -325,6 +352,14 @@ void Processor::sweep_idle(bool all) {
 
 void Processor::process(const dctx_gpu_activity *records, size_t count) {
   std::lock_guard lock(mutex_);
+  if (dctx_timeline_on()) {
+    // CUPTI's timestamps follow the wall clock; the timeline's clock is CLOCK_MONOTONIC.
+    timespec wall, mono;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_offset_ = (int64_t(wall.tv_sec) - int64_t(mono.tv_sec)) * 1000000000 +
+                    (int64_t(wall.tv_nsec) - int64_t(mono.tv_nsec));
+  }
   for (size_t i = 0; i < count; ++i) {
     switch (records[i].kind) {
       case DCTX_GPU_KERNEL:

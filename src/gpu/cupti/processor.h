@@ -82,6 +82,9 @@ class Processor {
   using DeviceQuery = std::function<bool(uint32_t ordinal, dctx_gpu_device *out)>;
   /* Registers metrics and frames: the core must be active. */
   explicit Processor(DeviceQuery query);
+  ~Processor();
+  Processor(const Processor &) = delete;
+  Processor &operator=(const Processor &) = delete;
 
   ApiInfo make_api(std::string_view cupti_name) const;
 
@@ -132,10 +135,19 @@ class Processor {
   void sweep_idle(bool all);
   static constexpr size_t kIdleWindow = size_t{1} << 16;
   void publish_devices();
+  /* The bounded timeline (include/deepcontext/timeline.h): the record's interval on
+   * CLOCK_MONOTONIC, under the step its launch was made in. */
+  void timeline_event(dctx_frame_kind kind, dctx_node node, const dctx_gpu_activity &record,
+                      bool launched_here);
 
   DeviceQuery query_;
   CorrelationMap correlations_;
   std::atomic<uint64_t> expected_{0};
+  /* Timeline step of each correlation id's launch, indexed like the correlation map. Mapped
+   * anonymous memory: no page is touched unless the timeline records. */
+  static constexpr size_t kLaunchSteps = size_t{1} << 20;
+  uint32_t *launch_steps_ = nullptr;
+  int64_t clock_offset_ = 0; /* CUPTI clock (wall-clock based) minus CLOCK_MONOTONIC, per buffer */
 
   std::mutex graph_mutex_;
   std::unordered_map<uint64_t, dctx_node> graph_nodes_;

@@ -1,0 +1,237 @@
+"""Bounded timeline: the events of the last N steps, written into the profile's `timeline` table.
+
+    deepcontext run --timeline 5 train.py          # or deepcontext.start(timeline=5)
+
+While it is on, every operator (PyTorch RecordFunction), user scope and GPU kernel, memcpy and
+memset (CUPTI) is also kept as one 32-byte record, with its start and end, thread or device and
+stream, and the step it started in, in a fixed-size ring per thread (libdeepcontext.so,
+src/timeline/). Each write of the profile keeps the events of the last N complete steps; the
+running step is left out. `deepcontext export FILE --format chrome` turns them into a trace for
+Perfetto or chrome://tracing.
+
+Steps: `step()` (also `dctx_step()` in C) ends the running step. With PyTorch, each
+`optimizer.step()` does it too (a global optimizer step post hook, registered while the timeline
+is on): the steps are those of the first optimizer that steps, and an explicit `step()` call turns
+that detection off for the rest of the session, so steps are never counted twice.
+
+`activate(options)` never imports torch: the optimizer hook waits for `import torch`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import importlib.util
+import os
+import sys
+import threading
+import weakref
+
+from .errors import UserError
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_EVENTS = 1 << 17
+
+_lock = threading.Lock()
+_lib = None
+_on = False
+_auto = False
+_manual = False
+_owner = None  # weak reference to the optimizer whose steps are counted
+_hook_handle = None
+_finder = None
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("Timeline")
+    g.add_argument(
+        "--timeline",
+        type=int,
+        metavar="LAST_N_STEPS",
+        default=None,
+        help="keep the events of the last N steps (operators, scopes, GPU kernels and copies, per "
+        "thread and stream) in fixed-size rings and write them into the profile; export with "
+        "`deepcontext export FILE --format chrome`. Steps end at deepcontext.timeline.step() or "
+        "torch's optimizer.step()",
+    )
+    g.add_argument(
+        "--timeline-events",
+        type=int,
+        metavar="N",
+        default=None,
+        help=f"ring size per thread, in events of 32 bytes (default {DEFAULT_EVENTS})",
+    )
+    g.add_argument(
+        "--no-auto-step",
+        dest="timeline_auto_step",
+        action="store_false",
+        default=None,
+        help="do not end a step at each torch optimizer.step(); only at deepcontext.timeline.step()",
+    )
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        from . import _core  # noqa: F401  (loads libdeepcontext.so: one copy in the process)
+
+        lib = ctypes.CDLL(os.path.join(_PACKAGE_DIR, "libdeepcontext.so"))
+        lib.dctx_timeline_configure.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
+        lib.dctx_timeline_configure.restype = ctypes.c_int
+        lib.dctx_step.argtypes = []
+        lib.dctx_step.restype = ctypes.c_uint32
+        p64 = ctypes.POINTER(ctypes.c_uint64)
+        lib.dctx_timeline_stats.argtypes = [p64, p64, p64, ctypes.POINTER(ctypes.c_uint32)]
+        lib.dctx_timeline_stats.restype = None
+        _lib = lib
+    return _lib
+
+
+def _count(options: dict, key: str, default: int, limit: int) -> int:
+    value = options.get(key)
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{key} must be a whole number, not {value!r}") from None
+    if n < 0 or n > limit:
+        raise UserError(f"{key} must be between 0 and {limit}, not {n}")
+    return n
+
+
+def activate(options: dict) -> None:
+    """Configures the rings for this session (off unless options["timeline"] > 0)."""
+    global _on, _auto, _manual, _owner
+    steps = _count(options, "timeline", 0, 1 << 20)
+    events = _count(options, "timeline_events", DEFAULT_EVENTS, 1 << 24)
+    if steps == 0 and not _on and _lib is None:
+        return  # never on in this process: nothing to switch off
+    if _library().dctx_timeline_configure(steps, events) != 0:
+        raise RuntimeError(f"could not configure the timeline ({steps} steps, {events} events)")
+    _on = steps > 0
+    _manual = False
+    _owner = None
+    _auto = _on and options.get("timeline_auto_step", True) is not False
+    if _auto:
+        _watch_torch()
+
+
+def deactivate() -> None:
+    """Removes the optimizer hook. The rings stay on: the final write, after this, reads them."""
+    global _auto
+    _auto = False
+    _remove_finder()
+    global _hook_handle
+    if _hook_handle is not None:
+        try:
+            _hook_handle.remove()
+        except Exception:
+            pass
+        _hook_handle = None
+
+
+def step() -> int:
+    """Ends the running step; returns the number of the step that starts now (the first call
+    returns 1: step 0 is everything before it). Turns the optimizer.step() detection off."""
+    global _manual
+    _manual = True
+    return int(_library().dctx_step())
+
+
+def stats() -> dict:
+    """Counters of the rings: events recorded, overwritten, dropped; threads with a ring."""
+    if _lib is None:
+        return {"recorded": 0, "overwritten": 0, "dropped": 0, "threads": 0}
+    r, o, d = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    t = ctypes.c_uint32()
+    _lib.dctx_timeline_stats(ctypes.byref(r), ctypes.byref(o), ctypes.byref(d), ctypes.byref(t))
+    return {"recorded": r.value, "overwritten": o.value, "dropped": d.value, "threads": t.value}
+
+
+# ------------------------------------------------------------------------------------------------
+# torch: optimizer.step() ends a step
+# ------------------------------------------------------------------------------------------------
+
+
+def _on_optimizer_step(optimizer, args, kwargs) -> None:
+    global _owner
+    if not _auto or _manual:
+        return
+    owner = _owner() if _owner is not None else None
+    if owner is None:
+        _owner = weakref.ref(optimizer)
+    elif owner is not optimizer:
+        return  # a second optimizer (GAN, multi-task): the first one's steps are the steps
+    _lib.dctx_step()
+
+
+def _register_optimizer_hook() -> None:
+    global _hook_handle
+    if _hook_handle is not None or not _auto:
+        return
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # torch < 2.0: only explicit steps
+        return
+    _hook_handle = register_optimizer_step_post_hook(_on_optimizer_step)
+
+
+class _TorchImported(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps torch's loader so that the hook is registered right after
+    torch's module code has run."""
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch" or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self._busy.on = False
+        loader = getattr(spec, "loader", None) if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            _remove_finder()
+            original(module)
+            try:
+                _register_optimizer_hook()
+            except Exception as exc:  # never break the program
+                _note(f"timeline: optimizer.step() detection disabled: {exc}")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _note(message: str) -> None:
+    try:
+        from . import _core
+
+        _core.note(message)
+    except Exception:
+        pass
+
+
+def _remove_finder() -> None:
+    global _finder
+    with _lock:
+        if _finder is not None:
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
+            _finder = None
+
+
+def _watch_torch() -> None:
+    global _finder
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "optim"):
+        _register_optimizer_hook()
+        return
+    with _lock:
+        if _finder is None:
+            _finder = _TorchImported()
+            sys.meta_path.insert(0, _finder)

@@ -7,7 +7,7 @@ import json
 
 import gpu_trees as T
 import pytest
-from conftest import run_cli
+from analyzer_helpers import run_cli
 from dctx_writer import ProfileBuilder
 from deepcontext import load
 from deepcontext.analyzer import (

@@ -17,7 +17,7 @@ CASES = [
 
 
 def _line_of(program: str, text: str) -> int:
-    from conftest import PROGRAMS
+    from analyzer_helpers import PROGRAMS
 
     for i, line in enumerate((PROGRAMS / f"{program}.py").read_text().splitlines(), 1):
         if line.strip().startswith(text):
@@ -74,7 +74,7 @@ def test_thread_oversubscription(profiles):
 
 def test_docs_custom_rule_example(profiles, tmp_path):
     """The worked example of docs/analyzer.md, run as a rules file on a real profiled program."""
-    from conftest import REPO, run_cli
+    from analyzer_helpers import REPO, run_cli
 
     text = (REPO / "docs" / "analyzer.md").read_text()
     start = text.index("```python\n# my_rules.py") + len("```python\n")

@@ -42,11 +42,3 @@ def run_program(tmp_path):
         return _run(tmp_path, source, *options, **kw)
 
     return runner
-
-
-def line_of(source: str, marker: str) -> int:
-    """1-based line number of the line containing marker in the dedented source."""
-    for i, line in enumerate(textwrap.dedent(source).splitlines(), 1):
-        if marker in line:
-            return i
-    raise AssertionError(marker)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import deepcontext
-from conftest import line_of
+from core_helpers import line_of
 
 SHARES = """
 import deepcontext

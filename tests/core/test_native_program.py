@@ -19,7 +19,8 @@ SOURCE = r"""
 __attribute__((noinline)) double heavy(long n) { double x = 0; for (long i = 0; i < n; i++) x += (double)i * 1e-9; return x; }
 __attribute__((noinline)) double light(long n) { double x = 0; for (long i = 0; i < n; i++) x += (double)i * 2e-9; return x; }
 static long scale;
-void *worker(void *a) { (void)a; printf("%f\n", light(scale)); return NULL; }
+/* The worker lingers after its work: a thread that has exited can no longer be read. */
+void *worker(void *a) { (void)a; printf("%f\n", light(scale)); usleep(300000); return NULL; }
 int main(int argc, char **argv) {
   scale = atol(argv[1]);
   if (argc > 3) { printf("ready %f\n", heavy(scale)); fflush(stdout); pause(); }  /* waits for a signal */

@@ -8,7 +8,7 @@ import textwrap
 
 import deepcontext
 import pytest
-from conftest import line_of
+from core_helpers import line_of
 from deepcontext.errors import UserError
 
 WINDOW = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -116,7 +117,8 @@ def build_view(tree: Tree, args) -> Tree:
 def main(args) -> int:
     if args.depth is not None and args.depth < 0:
         raise UserError("--depth must be >= 0")
-    tree = load_tree(args.file, lambda info: _metrics(args, info))
+    with _progress(f"reading {args.file}"):
+        tree = load_tree(args.file, lambda info: _metrics(args, info))
     profile: ProfileInfo = tree.profile
     metrics = list(tree.metrics)
     units = {m: profile.metrics[m].unit for m in metrics}
@@ -159,9 +161,34 @@ def main(args) -> int:
     if args.output:
         with open(args.output, "w") as f:
             f.write(out)
+    elif args.format == "text" and sys.stdout.isatty():
+        _print_rich(lines)
     else:
         sys.stdout.write(out)
     return 0
+
+
+def _progress(what: str):
+    """A transient status line on a terminal while a large profile loads; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(what)
+
+
+def _print_rich(lines: list[str]) -> None:
+    """On a terminal: the header bold, notes yellow, tree rows cropped to the width."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    for i, line in enumerate(lines):
+        style = "bold" if i < 2 else "yellow"
+        if i < 2 or line.startswith("note: "):
+            console.print(Text(line, style=style or ""))  # wrapped, never cut
+        else:
+            console.print(Text(line), overflow="crop", no_wrap=True)
 
 
 def _header(profile, tree, metrics, units, view) -> list[str]:

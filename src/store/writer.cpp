@@ -133,64 +133,6 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
   return true;
 }
 
-// The bounded timeline (docs/format.md, "Timeline"): its events, its steps and a few meta keys.
-bool write_timeline(Db &d, const timeline::Window &w) {
-  if (!d.exec(R"sql(
-CREATE TABLE timeline (step INTEGER NOT NULL, kind INTEGER NOT NULL, node INTEGER NOT NULL,
-                       start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, tid INTEGER NOT NULL,
-                       device INTEGER NOT NULL, stream INTEGER NOT NULL);
-CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL,
-                             end_ns INTEGER NOT NULL);
-)sql"))
-    return false;
-  {
-    Stmt st(d.db, "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-    for (const timeline::Event &e : w.events) {
-      const bool gpu = e.device != 0;
-      sqlite3_bind_int64(st.st, 1, e.step);
-      sqlite3_bind_int64(st.st, 2, e.kind);
-      sqlite3_bind_int64(st.st, 3, e.node);
-      sqlite3_bind_int64(st.st, 4, e.start_ns);
-      sqlite3_bind_int64(st.st, 5, e.end_ns);
-      sqlite3_bind_int64(st.st, 6, gpu ? 0 : e.lane);
-      sqlite3_bind_int64(st.st, 7, gpu ? e.device - 1 : -1);
-      sqlite3_bind_int64(st.st, 8, gpu ? e.lane : -1);
-      st.step();
-    }
-  }
-  {
-    Stmt st(d.db, "INSERT INTO timeline_steps VALUES (?, ?, ?)");
-    for (const timeline::Step &s : w.steps) {
-      sqlite3_bind_int64(st.st, 1, s.step);
-      sqlite3_bind_int64(st.st, 2, s.start_ns);
-      sqlite3_bind_int64(st.st, 3, s.end_ns);
-      st.step();
-    }
-  }
-  Stmt st(d.db, "INSERT OR REPLACE INTO meta VALUES (?, ?)");
-  auto put = [&](const char *k, const std::string &v) {
-    sqlite3_bind_text(st.st, 1, k, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
-    st.step();
-  };
-  std::string threads = "{";
-  for (const auto &[tid, name] : w.thread_names)
-    threads += (threads.size() > 1 ? ", " : "") + json_escape(std::to_string(tid)) + ": " +
-               json_escape(name);
-  threads += '}';
-  put("timeline_version", "1");
-  put("timeline_clock", "CLOCK_MONOTONIC");
-  put("timeline_steps", std::to_string(w.steps_requested));
-  put("timeline_current_step", std::to_string(w.current_step));
-  put("timeline_events_per_thread", std::to_string(w.events_per_thread));
-  put("timeline_recorded", std::to_string(w.recorded));
-  put("timeline_overwritten", std::to_string(w.overwritten));
-  put("timeline_dropped", std::to_string(w.dropped));
-  put("timeline_incomplete_steps", std::to_string(w.incomplete_steps));
-  put("timeline_threads", threads);
-  return true;
-}
-
 }  // namespace
 
 std::string write_profile(const Snapshot &snap, const std::string &path) {

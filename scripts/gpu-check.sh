@@ -7,6 +7,7 @@
 # and the GPU benchmark, and prints a summary table. Logs and results go to $OUT (or ./out-gpu).
 # Steps: STEPS="build fixtures tests bench" (default all); BENCH_ARGS passes options to the bench.
 # STEPS="build distributed": DDP with NCCL under the profiler (examples/distributed/gpu_check.py).
+# STEPS="build timeline": the bounded timeline on a CUDA loop (tests/timeline/gpu_check.py).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -82,6 +83,20 @@ if want distributed; then
     --out "$out/distributed" ${DIST_ARGS:-} 2>&1) | tee "$out/distributed.log" | tail -12
   row distributed "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
     "$(grep -E '^distributed: (ok|FAIL):' "$out/distributed.log" | tail -1 | cut -c14-)"
+fi
+
+if want timeline; then
+  t0=$SECONDS
+  # The bounded timeline (docs/format.md "Timeline"): a CUDA loop under --timeline 3 (last steps,
+  # kernels per stream, GPU clock vs CPU clock, chrome export, loop times), then tests/timeline.
+  (cd /tmp && timeout "${TIMELINE_TIMEOUT:-300}" "$py" "$root/tests/timeline/gpu_check.py" \
+    --out "$out/timeline" 2>&1) | tee "$out/timeline.log" | tail -8
+  status=${PIPESTATUS[0]}
+  (cd /tmp && timeout 300 "$py" -m pytest -q -p no:cacheprovider "$root/tests/timeline" 2>&1) \
+    | tee -a "$out/timeline.log" | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  row timeline "$( [ "$status" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
+    "$(grep -E '^timeline: (ok|FAIL):' "$out/timeline.log" | tail -1 | cut -c11-)"
 fi
 
 if want bench; then

@@ -99,6 +99,23 @@ if want timeline; then
     "$(grep -E '^timeline: (ok|FAIL):' "$out/timeline.log" | tail -1 | cut -c11-)"
 fi
 
+if want jax; then
+  t0=$SECONDS
+  # JAX on the GPU (docs/jax.md): the example MLP and transformer profiled (share of kernel
+  # gpu_time under an HLO op with a source line, through XLA's NVTX thunk ranges), step-time
+  # overhead vs no profiler and jax.profiler (MLP, 4 layers, 100 steps), RSS at 100/400 steps,
+  # jax.profiler alongside; then the NVTX replay test. JAX_ARGS e.g. "--steps 50 --repeat 1".
+  # shellcheck disable=SC2086
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout "${JAX_TIMEOUT:-420}" "$py" "$root/tests/jax/gpu_check.py" \
+    --out "$out/jax" ${JAX_ARGS:-} 2>&1) | tee "$out/jax.log" | tail -14
+  status=${PIPESTATUS[0]}
+  (cd /tmp && timeout 120 "$py" -m pytest -q -p no:cacheprovider "$root/tests/jax/test_nvtx_replay.py" 2>&1) \
+    | tee -a "$out/jax.log" | tail -2
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  row jax "$( [ "$status" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
+    "$(grep -cE '^PASS ' "$out/jax.log") pass, $(grep -cE '^FAIL ' "$out/jax.log") fail (jax/jax_gpu.json)"
+fi
+
 if want bench; then
   t0=$SECONDS
   # shellcheck disable=SC2086

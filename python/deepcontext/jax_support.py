@@ -460,10 +460,10 @@ def _eager_wrapper(original):
     """EvalTrace.process_primitive: an op run eagerly (outside jit) dispatches its own small
     executable; its worker time goes to the Python line of the op."""
 
-    def process_primitive(self, primitive, args, params, /):
+    def process_primitive(self, *args, **kwargs):
         if _options is not None:
             _set_worker(_current())
-        return original(self, primitive, args, params)
+        return original(self, *args, **kwargs)
 
     process_primitive.__wrapped__ = original
     return process_primitive
@@ -550,6 +550,7 @@ def _prepare_gpu_environment(options: dict) -> None:
     range), unless the user chose otherwise."""
     if not options.get("gpu", True) or not _cuda_plugin_present():
         return
+    _early_nvtx_injection()
     flags = os.environ.get("XLA_FLAGS", "")
     if options.get("jax_command_buffers") or "xla_gpu_enable_command_buffer" in flags:
         _meta("jax_command_buffers", "user" if "xla_gpu_enable_command_buffer" in flags else "on")
@@ -561,6 +562,27 @@ def _prepare_gpu_environment(options: dict) -> None:
     os.environ["XLA_FLAGS"] = value
     _env_changes["XLA_FLAGS"] = value
     _meta("jax_command_buffers", f"off while profiling (XLA_FLAGS {_COMMAND_BUFFER_FLAG})")
+
+
+def _early_nvtx_injection() -> None:
+    """NVTX decides on its injection at its first call, which XLA may make while jax loads its
+    CUDA plugin: name the CUPTI library the GPU layer will load (its first candidate file) before
+    jax is imported; _prepare_nvtx checks it against the one really loaded."""
+    if os.environ.get("NVTX_INJECTION64_PATH"):
+        _meta(
+            "jax_nvtx",
+            "NVTX_INJECTION64_PATH set by the user: " + os.environ["NVTX_INJECTION64_PATH"],
+        )
+        return
+    try:
+        from . import gpu
+
+        candidates = [c for c in gpu.cupti_candidates() if os.path.isfile(c)]
+    except Exception:
+        return
+    if candidates:
+        os.environ["NVTX_INJECTION64_PATH"] = candidates[0]
+        _env_changes["NVTX_INJECTION64_PATH"] = candidates[0]
 
 
 def _jax_backend_started() -> bool:
@@ -601,15 +623,24 @@ def _prepare_nvtx() -> None:
     lib = _gpu_layer()
     if lib is None:
         return
+    path = lib.dctx_cupti_library().decode(errors="replace")
     current = os.environ.get("NVTX_INJECTION64_PATH")
-    if current:
+    ours = _env_changes.get("NVTX_INJECTION64_PATH")
+    if current and current != ours:
         _meta("jax_nvtx", f"NVTX_INJECTION64_PATH set by the user: {current}")
         return
-    path = lib.dctx_cupti_library().decode(errors="replace")
-    if path:
+    if not path:
+        return
+    if current and os.path.realpath(current) != os.path.realpath(path):
+        _say(
+            f"jax: NVTX was pointed at {current} but the GPU layer loaded {path}: XLA's thunk "
+            "ranges may not arrive (kernels then go under the jitted call site without HLO ops)",
+            key="nvtx",
+        )
+    if not current:
         os.environ["NVTX_INJECTION64_PATH"] = path
         _env_changes["NVTX_INJECTION64_PATH"] = path
-        _meta("jax_nvtx", f"XLA's NVTX ranges through {path}")
+    _meta("jax_nvtx", f"XLA's NVTX ranges through {os.environ['NVTX_INJECTION64_PATH']}")
 
 
 def _register_gpu_module(info: ModuleInfo) -> None:

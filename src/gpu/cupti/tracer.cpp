@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "deepcontext_cupti.h"
+#include "nvtx.h"
 #include "processor.h"
 #include "recorder.h"
 
@@ -264,6 +265,10 @@ int Tracer::start(const char *candidates, const char *record_path) {
                        CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
                        CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
+  // XLA's thunk ranges (nvtx.cpp); they arrive only when CUPTI is the NVTX injection.
+  nvtx_reset();
+  for (uint32_t cbid : kNvtxCallbacks)
+    api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_NVTX, cbid);
 
   CUptiResult r =
       api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
@@ -341,6 +346,16 @@ void CUPTIAPI Tracer::on_callback(void *user, CUpti_CallbackDomain domain, CUpti
     self->api_callback(domain, cbid, static_cast<const CUpti_CallbackData *>(data));
   else if (domain == CUPTI_CB_DOMAIN_RESOURCE)
     self->resource_callback(cbid, static_cast<const CUpti_ResourceData *>(data));
+  else if (domain == CUPTI_CB_DOMAIN_NVTX)
+    nvtx_callback(cbid, data);
+}
+
+// The launching thread's context: its call path (a worker context when it runs no Python, e.g.
+// a per-device thread of a multi-device jitted call), below the XLA thunk range open there.
+dctx_node launch_context() {
+  dctx_node context = dctx_current();
+  if (context == 0) context = dctx_worker_context();
+  return nvtx_context(context);
 }
 
 void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -352,7 +367,7 @@ void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
   const uint64_t now = now_ns();
   if (data->callbackSite == CUPTI_API_ENTER) {
     const bool outermost = state.depth == 0;
-    const dctx_node context = outermost ? dctx_current() : 0;
+    const dctx_node context = outermost ? launch_context() : 0;
     if (recorder_)
       recorder_->api_enter(api.name, domain, data->correlationId, outermost, context, now);
     processor_->api_enter(state, api, data->correlationId, context, now);
@@ -379,7 +394,7 @@ void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *
     return;
   }
   ThreadState &state = t_state;
-  const dctx_node context = state.depth == 0 ? dctx_current() : 0;
+  const dctx_node context = state.depth == 0 ? launch_context() : 0;
   if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context);
   processor_->graph_node_created(state, id, context);
 }

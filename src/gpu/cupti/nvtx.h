@@ -1,0 +1,52 @@
+/* XLA's NVTX ranges (domain "TSL") as calling context for the kernels launched inside them.
+ *
+ * XLA's GPU runtime wraps each module run in `XlaModule:#hlo_module=<name>,program_id=<id>#` and
+ * each thunk in `Thunk:#name=<op_name>,hlo_op=<instruction>,...#`, both registered strings. With
+ * CUPTI as the NVTX injection (NVTX_INJECTION64_PATH, set by deepcontext.jax_support) our
+ * subscriber sees the pushes and pops. Hot path: a push stores the string handle on a per-thread
+ * stack and a pop drops it (no lock, no lookup); a launch inside a thunk reads the top handle
+ * and finds its node in a small per-thread cache keyed by (call-site node, handle). Only a cache
+ * miss looks the thunk up: its HLO op's frame chain (op_name path -> HLO op with the model's
+ * source line) comes from the module tables that jax_support registers at compile time, else
+ * from the thunk string alone (op_name path -> HLO op, no source line). */
+#ifndef DEEPCONTEXT_GPU_CUPTI_NVTX_H
+#define DEEPCONTEXT_GPU_CUPTI_NVTX_H
+
+#include <stdint.h>
+
+#include "deepcontext/monitor.h"
+
+namespace dctx::gpu {
+
+/* CUPTI_CBID_NVTX_* ids that nvtx_callback handles. */
+extern const uint32_t kNvtxCallbacks[4];
+
+/* A CUPTI NVTX-domain callback (cbid, CUpti_NvtxData*). */
+void nvtx_callback(uint32_t cbid, const void *nvtx_data);
+/* The node a launch on this thread goes under: context itself unless an XLA thunk range is
+ * open here. */
+dctx_node nvtx_context(dctx_node context);
+/* Forget per-thread stacks of an earlier session (called at tracer start). */
+void nvtx_reset();
+
+/* The pieces, for the replay entry points (tests without a GPU). */
+void nvtx_register_string(uint64_t domain, uint64_t handle, const char *text);
+void nvtx_push(uint64_t domain, uint64_t handle);
+void nvtx_pop(uint64_t domain);
+
+}  // namespace dctx::gpu
+
+extern "C" {
+/* Frame chains of one compiled module: rows "instruction\tframe,frame,...\n" (dctx frame ids:
+ * op_name components, then the HLO op). */
+void dctx_cupti_hlo_module(const char *module, int64_t program_id, const char *rows);
+/* pushes, registered strings, launches, launches inside a thunk, thunks resolved with source. */
+void dctx_cupti_nvtx_stats(uint64_t *out5);
+/* Replay (tests): the same handling as the CUPTI callbacks, fed by the caller. */
+void dctx_cupti_nvtx_replay_string(uint64_t domain, uint64_t handle, const char *text);
+void dctx_cupti_nvtx_replay_push(uint64_t domain, uint64_t handle);
+void dctx_cupti_nvtx_replay_pop(uint64_t domain);
+dctx_node dctx_cupti_nvtx_replay_context(dctx_node context);
+}
+
+#endif

@@ -471,6 +471,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     }
   }
   ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq, dctx_timeline_step()});
+  // Intra-op pool threads (at::parallel_for, OpenMP) run no Python and no RecordFunction: the
+  // sampler puts their CPU time under the operator running meanwhile.
+  dctx_set_worker_context(node);
   return nullptr;
 }
 
@@ -498,6 +501,9 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
     if (!ts.ops.empty()) ts.ops.back().child_ns += elapsed;
     dctx_exit(DCTX_DOMAIN_OPERATOR);
   }
+  // After the outermost operator the pool may still spin-wait for a while: that time stays with
+  // the operator whose parallel region left it spinning.
+  if (!ts.ops.empty()) dctx_set_worker_context(ts.ops.back().node);
   g_ops.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -1,0 +1,43 @@
+"""Intra-op pool threads (at::parallel_for / OpenMP) run no Python and no RecordFunction: their
+CPU time belongs under the operator the calling thread runs meanwhile."""
+
+from __future__ import annotations
+
+import deepcontext
+from torch_helpers import line_of, run_deepcontext, write_program
+
+PROGRAM = """
+import torch
+torch.set_num_threads(2)
+a = torch.randn(1200, 1200)
+for _ in range(12):
+    b = a @ a  # MATMUL
+"""
+
+
+def test_intra_op_threads_land_under_the_operator(tmp_path):
+    prog = write_program(tmp_path, PROGRAM)
+    out = tmp_path / "p.dctx"
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
+    p = deepcontext.load(str(out))
+    line = line_of(prog, "MATMUL")
+    ops = [
+        n
+        for n in p.nodes()
+        if n.frame.kind == "operator"
+        and n.frame.name == "aten::mm"
+        and any(f.kind == "python" and f.line == line for f in n.path())
+    ]
+    assert ops
+    pool = [c for op in ops for c in op.walk() if c.frame.kind == "thread"]
+    assert pool, "the intra-op pool's samples are under aten::mm"
+    pool_cpu = sum(c.inclusive("cpu_time") for c in pool)
+    line_cpu = sum(op.inclusive("cpu_time") for op in ops)
+    assert pool_cpu >= 0.25 * line_cpu  # two threads share the products
+    # Nothing of the pool is left at the root while the operator ran.
+    stray = sum(
+        c.inclusive("cpu_time")
+        for c in p.root.children
+        if c.frame.kind == "thread" and c.frame.name != "MainThread"
+    )
+    assert stray < 0.2 * pool_cpu

@@ -128,6 +128,17 @@ def test_explicit_steps_and_user_scopes(tmp_path):
         assert any(prof.node(e["node"]).frame.name.startswith("Optimizer.step") for e in inner)
 
 
+def test_checkpoints_while_recording(tmp_path):
+    # Checkpoints read the rings while the loop keeps writing them; the final write is exact.
+    path = tmp_path / "ckpt.dctx"
+    run(tmp_path, "-q", "--timeline", 3, "--checkpoint", 0.05, "-o", path, LOOP, 400)
+    t = read(path)
+    assert t["meta"]["complete"] == "1"
+    assert [s[0] for s in t["steps"]] == [397, 398, 399]
+    per_step = Counter(e["step"] for e in t["events"])
+    assert sorted(per_step) == [397, 398, 399] and len(set(per_step.values())) == 1
+
+
 def test_no_step_marked_keeps_the_last_events(tmp_path):
     path = tmp_path / "nostep.dctx"
     run(tmp_path, "-q", "--timeline", 2, "--no-auto-step", "-o", path, LOOP, 10)

@@ -673,30 +673,41 @@ def nvtx_stats() -> dict:
 
 class JitSymbols:
     """Address ranges of XLA:CPU's JIT-compiled kernels, read from the in-memory objects that
-    LLVM registers with the GDB JIT interface (``__jit_debug_descriptor`` in jaxlib)."""
+    LLVM registers with the GDB JIT interface (``__jit_debug_descriptor`` in jaxlib). Objects
+    registered while a module compiled are that module's: `refresh(info)` right after each
+    compilation ties their functions (named after HLO instructions: ``add_tanh_fusion``,
+    ``wrapped_reduce``) to the module's ops."""
 
     def __init__(self, descriptor: int):
         self.descriptor = descriptor
         self.seen: set[int] = set()
-        self.ranges: list[tuple[int, int, str]] = []  # (start, end, symbol)
+        self.ranges: list[tuple[int, int, str, str]] = []  # (start, end, symbol, module), sorted
+        self.ops: dict[tuple[str, str], tuple[str, str, int]] = {}  # (module, symbol) -> op
 
     @classmethod
     def find(cls):
         lib = None
-        for line in open("/proc/self/maps"):
-            parts = line.split()
-            if len(parts) >= 6 and parts[5].endswith("libjax_common.so") and parts[2] == "00000000":
-                lib = (int(parts[0].split("-")[0], 16), parts[5])
-                break
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                if (
+                    len(parts) >= 6
+                    and parts[5].endswith("libjax_common.so")
+                    and parts[2] == "00000000"
+                ):
+                    lib = (int(parts[0].split("-")[0], 16), parts[5])
+                    break
         if lib is None:
             return None
         offset = _elf_symbol(lib[1], b"__jit_debug_descriptor")
         return cls(lib[0] + offset) if offset else None
 
-    def refresh(self, info: ModuleInfo | None = None) -> list[tuple[int, int, str]]:
+    def refresh(self, info: ModuleInfo | None = None) -> list[tuple[int, int, str, str]]:
         new = []
-        head = ctypes.string_at(self.descriptor, 24)
-        _version, _flag, _relevant, entry = struct.unpack("IIQQ", head)
+        _version, _flag, _relevant, entry = struct.unpack(
+            "IIQQ", ctypes.string_at(self.descriptor, 24)
+        )
+        module = info.name if info is not None else ""
         guard = 0
         while entry and guard < 1_000_000:
             guard += 1
@@ -704,12 +715,32 @@ class JitSymbols:
             if entry not in self.seen:
                 self.seen.add(entry)
                 try:
-                    new += _object_functions(ctypes.string_at(addr, size))
+                    new += [
+                        (a, b, n, module)
+                        for a, b, n in _object_functions(ctypes.string_at(addr, size))
+                    ]
                 except Exception:
                     pass
             entry = nxt
-        self.ranges += new
+        if info is not None:
+            for _a, _b, name, _m in new:
+                op = info.ops.get(name) or info.ops.get(name.replace("_", "."))
+                if op is not None:
+                    self.ops[(module, name)] = op
+        self.ranges = sorted(self.ranges + new)
         return new
+
+    def resolve(self, pc: int):
+        """(module, kernel symbol, (op_name, file, line) or None) of a pc in JIT code, or None."""
+        import bisect
+
+        i = bisect.bisect_right(self.ranges, (pc, float("inf"))) - 1
+        if i < 0:
+            return None
+        start, end, name, module = self.ranges[i]
+        if not start <= pc < end:
+            return None
+        return module, name, self.ops.get((module, name))
 
 
 def _elf_sections(data: bytes):

@@ -213,3 +213,30 @@ def test_jax_imported_before_or_after_start(tmp_path, late):
     p = load(tmp_path / "p.dctx")
     assert p.meta.get("jax_integration") == "on"
     assert [n for n in p.root.walk() if n.frame.name == "xla_compile(jit__lambda)"]
+
+
+def test_xla_cpu_jit_kernels_are_found_and_named_after_hlo_ops():
+    """XLA:CPU registers its JIT-compiled kernels through the GDB JIT interface; their symbols
+    are HLO instruction names, which the module's metadata turns into op paths and lines."""
+    syms = jax_support.JitSymbols.find()
+    assert syms is not None, "no __jit_debug_descriptor in jaxlib"
+    syms.refresh()  # what earlier tests compiled
+
+    @jax.jit
+    def fused(x):
+        with jax.named_scope("scoped_block"):
+            return jnp.tanh(x * 3.0 + 1.0)  # the fused line
+
+    compiled = fused.lower(jnp.ones((4096,))).compile()
+    mod = compiled.runtime_executable().hlo_modules()[0]
+    info = jax_support.ModuleInfo(mod.name, 0, jax_support.parse_hlo(mod.to_string()))
+    new = syms.refresh(info)
+    assert new, "no JIT kernels registered for the compiled module"
+    named = [r for r in new if syms.ops.get((info.name, r[2]))]
+    assert named, (new, sorted(info.ops))
+    start, end, name, module = named[0]
+    mod_name, sym, op = syms.resolve((start + end) // 2)
+    assert (mod_name, sym) == (info.name, name)
+    assert "scoped_block" in op[0]
+    assert op[2] == line_of(__file__, "# the fused line")
+    assert syms.resolve(end + 10**9) is None

@@ -39,6 +39,7 @@ import socket
 import sys
 import threading
 import time
+import types
 
 ENV_CHILD = "DEEPCONTEXT_DIST_CHILD"
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
@@ -71,6 +72,11 @@ COLLECTIVES = (
     "batch_isend_irecv",
 )
 
+# ... and any other function of distributed_c10d named like one (all_gather_single, ...)
+_COLLECTIVE_NAME = re.compile(
+    r"^(all_reduce|all_gather|reduce_scatter|broadcast|reduce|gather|scatter|all_to_all|barrier"
+    r"|monitored_barrier|send|recv|isend|irecv|batch_isend_irecv)(_\w+)?$"
+)
 _DOMAIN_OPERATOR = 0
 _KIND_OPERATOR = 3
 _RANK_SUFFIX = re.compile(r"\.rank\d+-of\d+(\.|$)")
@@ -646,9 +652,13 @@ def _patch() -> None:
         return
     from torch.distributed import distributed_c10d as c10d
 
-    for name in COLLECTIVES:
-        orig = getattr(c10d, name, None)
-        if orig is None or hasattr(orig, "__deepcontext_wrapped__"):
+    names = list(COLLECTIVES) + [
+        n for n in vars(c10d) if _COLLECTIVE_NAME.match(n) and n not in COLLECTIVES
+    ]
+    for name in names:
+        orig = vars(c10d).get(name)  # not getattr: deprecated names warn (reduce_op)
+        # type(), not isinstance: a deprecated alias's __class__ would warn
+        if type(orig) is not types.FunctionType or hasattr(orig, "__deepcontext_wrapped__"):
             continue
         w = _wrap_collective(name, orig)
         setattr(c10d, name, w)

@@ -135,7 +135,9 @@ def test_collective_call_sites_types_and_bytes(job):
     grad_bytes = 4 * (LAYERS * (HIDDEN * HIDDEN + HIDDEN) + HIDDEN * 10 + 10)
     # the loss all-reduce in the loop: call site, calls, 4 bytes each, its blocking wait below it
     [ar] = [
-        n for n in _nodes(prof, "dist.all_reduce") if _at_line(n, _line("dist.all_reduce(loss, op=op)"))
+        n
+        for n in _nodes(prof, "dist.all_reduce")
+        if _at_line(n, _line("dist.all_reduce(loss, op=op)"))
     ]
     assert ar.frame.kind == "operator"
     assert ar.inclusive("comm_calls") == STEPS
@@ -230,6 +232,13 @@ def work(i, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=i, world_size=world)
     t = torch.ones(256)
     dist.all_reduce(t)  # SPAWN-ALLREDUCE
+    # FSDP2: parameters all-gathered before forward/backward, gradients reduce-scattered
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    fully_shard(model)
+    for _ in range(2):
+        model(torch.randn(8, 64)).sum().backward()  # SPAWN-FSDP-STEP
     dist.barrier()
     dist.destroy_process_group()
 
@@ -250,6 +259,23 @@ def test_mp_spawn_ranks_profile_themselves(tmp_path):
         assert prof.meta["dist_launcher"] == "torch.multiprocessing.spawn"
         [ar] = [n for n in _nodes(prof, "dist.all_reduce") if _at_line(n, line, "spawn_prog.py")]
         assert ar.inclusive("comm_bytes") == 256 * 4
+        # FSDP's gathers and reduce-scatters, under the training step's line
+        step = _line("SPAWN-FSDP-STEP", prog)
+        comm = [
+            n
+            for n in prof.nodes()
+            if n.frame.kind == "operator"
+            and n.frame.name.startswith("dist.")
+            and ("gather" in n.frame.name or "reduce_scatter" in n.frame.name)
+            and _at_line(n, step, "spawn_prog.py")
+        ]
+        names = {n.frame.name for n in comm}
+        assert any("gather" in x for x in names) and any("reduce_scatter" in x for x in names), (
+            names
+        )
+        params = 4 * (64 * 64 + 64 + 64 * 4 + 4)
+        gathered = sum(n.inclusive("comm_bytes") for n in comm if "gather" in n.frame.name)
+        assert gathered >= 2 * params  # the full parameters, at least once per step
     assert (tmp_path / "sp.dctx").exists()
 
 

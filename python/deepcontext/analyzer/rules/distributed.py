@@ -130,15 +130,19 @@ def _map_to(q: Query, prof) -> list[int]:
 
 
 def _candidates(q: Query, top: int) -> list[int]:
-    """Nodes of the region's subtree that are not communication (nor below it)."""
+    """Nodes of the region's subtree that are not communication (nor below it), nor the direct
+    callers of a collective: their exclusive time is the wait inside collectives that run in C++
+    (DDP's parameter check at construction, DDP's backward)."""
     out = []
     stack = [top]
     while stack:
         n = stack.pop()
         if is_comm(q, n):
             continue
-        out.append(n)
-        stack.extend(q.children(n))
+        kids = q.children(n)
+        if not any(is_comm(q, c) for c in kids):
+            out.append(n)
+        stack.extend(kids)
     return out
 
 

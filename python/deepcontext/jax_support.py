@@ -360,14 +360,16 @@ def _compile_wrapper(original):
             name = str(computation.operation.attributes["sym_name"]).strip('"')
         except Exception:
             name = "module"
-        site = core.current()
-        node = api.child(site, api.frame(KIND_SCOPE, f"xla_compile({name})"))
+        # A scope on this thread (its samples and the kernels it launches while autotuning go
+        # under it) that is also the worker context (XLA's compiler threads work for it).
+        node = core.scope_enter(f"xla_compile({name})")
         previous = api.lib.dctx_worker_context()
-        core.set_worker_context(node)  # XLA's compiler threads work for this call site
+        core.set_worker_context(node)
         try:
             executable = original(backend, computation, *args, **kwargs)
         finally:
             core.set_worker_context(previous)
+            core.scope_exit()
         _stats["compiles"] += 1
         try:
             _record_compile(executable, node)

@@ -1,7 +1,7 @@
-/* DeepContext bounded timeline: the events of the last N steps (operators, user scopes, GPU
- * kernels, copies, memsets) kept in fixed-size per-thread ring buffers beside the calling-context
- * tree, and written into the profile's `timeline` table (docs/format.md). Implemented by
- * libdeepcontext.so; see docs/api.md.
+/* DeepContext bounded timeline: the events of the last N steps (operators, user scopes, GPU API
+ * calls, GPU kernels, copies, memsets) kept in fixed-size per-thread ring buffers beside the
+ * calling-context tree, and written into the profile's `timeline` table (docs/format.md).
+ * Implemented by libdeepcontext.so; see docs/api.md.
  *
  * Hot path: check dctx_timeline_on() (one load of an exported word, one predictable branch) and
  * only then call dctx_timeline_record*. Recording allocates nothing and takes no lock: the calling

@@ -2,8 +2,8 @@
 
     deepcontext run --timeline 5 train.py          # or deepcontext.start(timeline=5)
 
-While it is on, every operator (PyTorch RecordFunction), user scope and GPU kernel, memcpy and
-memset (CUPTI) is also kept as one 32-byte record, with its start and end, thread or device and
+While it is on, every operator (PyTorch RecordFunction), user scope, GPU API call (launch, copy,
+sync) and GPU kernel, memcpy and memset (CUPTI) is also kept as one 32-byte record, with its start and end, thread or device and
 stream, and the step it started in, in a fixed-size ring per thread (libdeepcontext.so,
 src/timeline/). Each write of the profile keeps the events of the last N complete steps; the
 running step is left out. `deepcontext export FILE --format chrome` turns them into a trace for

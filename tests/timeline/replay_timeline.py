@@ -7,7 +7,8 @@ API call outside that operator that follows calls inside it.
 
 Everything after the launch contexts (correlation, kernel nodes, the launch step of each record,
 the timeline records) is the layer's own code, as on the GPU. Prints one JSON line: the
-correlation ids launched in each step.
+correlation ids launched in each step and the names of its outermost API calls (those the
+timeline records on the CPU side).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def in_step_end(ev: dict) -> bool:
     return any(frame[0] == 3 and frame[1] == STEP_END_OP for frame in ev["path"])
 
 
-def replay(events: list[dict]) -> dict[int, list[int]]:
+def replay(events: list[dict]) -> tuple[dict[int, list[int]], dict[int, list[str]]]:
     core, gpu = _libraries()
     nodes: dict[tuple, int] = {}
 
@@ -45,6 +46,8 @@ def replay(events: list[dict]) -> dict[int, list[int]]:
         return node
 
     launched: dict[int, list[int]] = {}
+    calls: dict[int, list[str]] = {}
+    depth: dict[int, int] = {}
     step = 0
     in_item = False
     r = gpu.dctx_cupti_replay_open()
@@ -63,11 +66,15 @@ def replay(events: list[dict]) -> dict[int, list[int]]:
                 in_item = in_step_end(ev)
             ctx = context(ev["path"]) if "path" in ev else 0
             launched.setdefault(step, []).append(ev["corr"])
+            if depth.get(ev["tid"], 0) == 0:
+                calls.setdefault(step, []).append(ev["api"])
+            depth[ev["tid"]] = depth.get(ev["tid"], 0) + 1
             gpu.dctx_cupti_replay_api_enter(
                 r, ev["tid"], ev["api"].encode(), ev["corr"], ctx, ev["t"]
             )
         elif e == "exit":
             gpu.dctx_cupti_replay_api_exit(r, ev["tid"], ev["t"], ev["failed"])
+            depth[ev["tid"]] -= 1
         elif e == "graph_node":
             ctx = context(ev["path"]) if "path" in ev else 0
             gpu.dctx_cupti_replay_graph_node(r, ev["tid"], ev["id"], ev["original"], ctx)
@@ -85,7 +92,7 @@ def replay(events: list[dict]) -> dict[int, list[int]]:
                         setattr(a, field, v)
             gpu.dctx_cupti_replay_buffer(r, arr, len(recs), ev["dropped"])
     gpu.dctx_cupti_replay_close(r)
-    return launched
+    return launched, calls
 
 
 def main(argv: list[str]) -> int:
@@ -94,9 +101,9 @@ def main(argv: list[str]) -> int:
     session.start(
         output, gpu=False, torch=False, interval_ms=1000.0, wall=False, timeline=int(steps)
     )
-    launched = replay(events)
+    launched, calls = replay(events)
     session.stop()
-    print(json.dumps({str(k): v for k, v in launched.items()}))
+    print(json.dumps({"launched": launched, "calls": calls}))
     return 0
 
 

@@ -163,6 +163,7 @@ void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t corre
     state.node = state.cached_node;
     state.info = &api;
     state.enter_ns = now_ns;
+    state.enter_step = dctx_timeline_step();
     state.captured = false;
     if (api.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -178,6 +179,10 @@ void Processor::api_exit(ThreadState &state, uint64_t now_ns, bool failed) {
     dctx_add(state.node, m_sync_, static_cast<double>(now_ns - state.enter_ns));
   if (state.info->kind == DCTX_GPU_API_LAUNCH && (failed || state.captured))
     expected_.fetch_sub(1, std::memory_order_relaxed);
+  if (dctx_timeline_on())  // the call on its CPU thread (steady clock: CLOCK_MONOTONIC)
+    dctx_timeline_record(
+        state.info->kind == DCTX_GPU_API_SYNC ? DCTX_FRAME_SYNC : DCTX_FRAME_GPU_API, state.node,
+        static_cast<int64_t>(state.enter_ns), static_cast<int64_t>(now_ns), state.enter_step);
 }
 
 void Processor::graph_node_created(ThreadState &state, uint64_t graph_node, dctx_node context) {

@@ -38,6 +38,7 @@ struct ThreadState {
   dctx_node node = 0;
   const ApiInfo *info = nullptr;
   uint64_t enter_ns = 0;
+  uint32_t enter_step = 0; /* timeline step at entry */
   bool captured = false; /* a launch recorded into a graph under stream capture: no record comes */
   /* Launches repeat from one context (an operator's kernels): the last (context, API) -> node. */
   dctx_node cached_context = 0;

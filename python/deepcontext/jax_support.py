@@ -347,7 +347,7 @@ def _record_compile(executable, node: int) -> None:
             api.set_prop(node, "hlo_ops_with_source", str(sum(1 for o in ops.values() if o[2])))
         _register_gpu_module(info)
         if _jit_symbols is not None:
-            _jit_symbols.refresh(info)
+            _add_jit_ranges(info, _jit_symbols.refresh(info))
 
 
 def _compile_wrapper(original):
@@ -743,6 +743,52 @@ class JitSymbols:
         if not start <= pc < end:
             return None
         return module, name, self.ops.get((module, name))
+
+
+_JAX_LIBRARY = os.path.join(_PACKAGE_DIR, "libdeepcontext_jax.so")
+_jax_lib = None
+
+
+def jax_library():
+    """libdeepcontext_jax.so (the JIT-kernel table the core's unwinder asks), or None."""
+    global _jax_lib
+    if _jax_lib is None and os.path.exists(_JAX_LIBRARY):
+        lib = ctypes.CDLL(_JAX_LIBRARY)
+        lib.dctx_jax_add_jit_range.argtypes = [
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_uint32,
+        ]
+        lib.dctx_jax_add_jit_range.restype = ctypes.c_int
+        lib.dctx_jax_lookup.argtypes = [
+            ctypes.c_uint64,
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_size_t,
+        ]
+        lib.dctx_jax_lookup.restype = ctypes.c_size_t
+        _jax_lib = lib
+    return _jax_lib
+
+
+def _add_jit_ranges(info: ModuleInfo, ranges) -> None:
+    lib = jax_library()
+    if lib is None:
+        return
+    named = 0
+    for start, end, symbol, _module in ranges:
+        chain = info.chains.get(symbol) or info.chains.get(symbol.replace("_", "."))
+        if not chain:
+            continue
+        ids = (ctypes.c_uint32 * len(chain))(*chain)
+        named = lib.dctx_jax_add_jit_range(start, end, ids, len(chain))
+    if ranges:
+        _meta(
+            "jax_cpu_jit_frames",
+            "JIT kernels named after their HLO op"
+            if named
+            else "JIT kernels found, but this core has no symbolizer hook to name them",
+        )
 
 
 def _elf_sections(data: bytes):

@@ -240,3 +240,45 @@ def test_xla_cpu_jit_kernels_are_found_and_named_after_hlo_ops():
     assert "scoped_block" in op[0]
     assert op[2] == line_of(__file__, "# the fused line")
     assert syms.resolve(end + 10**9) is None
+
+
+def test_jit_kernel_table_gives_the_op_path_and_hlo_op(tmp_path):
+    """The native table the core's unwinder asks for pcs in JIT code (libdeepcontext_jax.so)."""
+    lib = jax_support.jax_library()
+    if lib is None:
+        pytest.skip("this build has no libdeepcontext_jax.so")
+    prog = write_program(
+        tmp_path,
+        """
+        import ctypes, deepcontext
+        from deepcontext import jax_support
+        deepcontext.start(OUT_PATH, native=True)
+        import jax, jax.numpy as jnp
+
+        @jax.jit
+        def f(x):
+            with jax.named_scope("jit_scope"):
+                return jnp.tanh(x * 3.0 + 1.0)  # kernel line
+
+        f(jnp.ones((4096,))).block_until_ready()
+        syms, lib = jax_support._jit_symbols, jax_support.jax_library()
+        info = [m for m in jax_support.modules() if m.name == "jit_f"][0]
+        hits = [r for r in syms.ranges if r[3] == "jit_f" and info.chains.get(r[2])]
+        assert hits, syms.ranges
+        start, end, name, _ = hits[0]
+        out = (ctypes.c_uint32 * 32)()
+        n = lib.dctx_jax_lookup((start + end) // 2, out, 32)
+        assert list(out[:n]) == info.chains[name], (list(out[:n]), info.chains[name])
+        assert lib.dctx_jax_lookup(end + 10**9, out, 32) == 0
+        print("op", info.ops[name][0], info.ops[name][2])
+        deepcontext.stop()
+        """.replace("OUT_PATH", repr(str(tmp_path / "p.dctx"))),
+    )
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "jit_scope" in proc.stdout
+    assert f" {line_of(prog, '# kernel line')}" in proc.stdout
+    assert "jax_cpu_jit_frames" in load(tmp_path / "p.dctx").meta

@@ -421,11 +421,13 @@ def summary_dict() -> dict:
     comm_time (inside collective calls), comm_wait_time (all waits, also those inside calls),
     comm_total_time (time spent communicating, each moment once: collective calls + waits outside
     them + DDP's bucket wait), by_collective (the same per collective), rank, world_size, and
-    ddp_loop_time (from the first DDP forward to the last gradient sync: the training loop)."""
+    ddp_loop_time (from the first DDP forward to the last gradient sync: the training loop) and
+    ddp_loop_comm_time (comm_total_time within it)."""
     with _stats_lock:
         out = json.loads(json.dumps(_stats))
     for k in ("comm_calls", "comm_bytes", "comm_time", "comm_wait_time", "comm_total_time"):
         out.setdefault(k, 0)
+    out.pop("comm_total_at_first_step", None)
     first, last = out.pop("first_step_ns", None), out.pop("last_sync_ns", None)
     if first is not None and last is not None and last > first:
         out["ddp_loop_time"] = last - first
@@ -535,6 +537,7 @@ def _wrap_ddp_forward(orig):
             if _active and _core().is_active() and getattr(self, "require_backward_grad_sync", 0):
                 if "first_step_ns" not in _stats:
                     _stats["first_step_ns"] = t0
+                    _stats["comm_total_at_first_step"] = _stats.get("comm_total_time", 0)
                 _hook_ddp_output(self, out)
         except Exception:
             pass
@@ -588,6 +591,9 @@ def _hook_ddp_output(ddp, out) -> None:
             "ddp_all_reduce", comm_wait_time=dt, comm_bytes=nbytes, comm_calls=1, comm_total_time=dt
         )
         _stats["last_sync_ns"] = time.perf_counter_ns()
+        _stats["ddp_loop_comm_time"] = _stats.get("comm_total_time", 0) - _stats.get(
+            "comm_total_at_first_step", 0
+        )
         try:
             if dist.is_initialized():
                 _stats["dist_backend"] = str(dist.get_backend())

@@ -217,11 +217,30 @@ def test_analyzer_without_the_rank_profiles(job, tmp_path):
     [f] = [f for f in out["findings"] if f["rule"] == "rank-straggler"]
     assert f["evidence"]["straggler_rank"] == "rank 1"
     assert f["evidence"]["slow_path_from"].startswith("merged maxima")
+    assert f["location"]["source"]["line"] == _line("time.sleep(")
 
 
 def test_single_rank_profile_is_not_a_straggler_case(job):
     out = _analyze(job["dir"], job["ranks"][0].name)
     assert "rank-straggler" in [s["rule"] for s in out["rules_skipped"]]
+
+
+def test_communication_bound_only_where_every_rank_communicates(job):
+    def comm_bound(path):
+        proc = _deepcontext(
+            job["dir"], "analyze", path, "--format", "json", "--rule", "communication-bound"
+        )
+        return [
+            f for f in json.loads(proc.stdout)["findings"] if f["rule"] == "communication-bound"
+        ]
+
+    # the straggler itself hardly waits: the merged job is not communication-bound
+    assert comm_bound(job["merged"].name) == []
+    # rank 0 alone mostly waits; its finding says a single profile cannot tell why
+    [f] = comm_bound(job["ranks"][0].name)
+    assert f["evidence"]["comm_share"]["rank 0"] >= 0.3
+    assert f["location"]["path"][-1] == "dist.ddp_wait"
+    assert "merge the ranks' profiles" in f["suggestion"]
 
 
 SPAWN = """
@@ -232,6 +251,13 @@ def work(i, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=i, world_size=world)
     t = torch.ones(256)
     dist.all_reduce(t)  # SPAWN-ALLREDUCE
+    # a communication-bound DDP loop: 25 MB of gradients per step, almost no compute
+    torch.set_num_threads(1)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(6)])
+    )
+    for _ in range(8):
+        ddp(torch.randn(1, 1024)).sum().backward()
     # FSDP2: parameters all-gathered before forward/backward, gradients reduce-scattered
     from torch.distributed.fsdp import fully_shard
     torch.manual_seed(0)
@@ -277,6 +303,14 @@ def test_mp_spawn_ranks_profile_themselves(tmp_path):
         gathered = sum(n.inclusive("comm_bytes") for n in comm if "gather" in n.frame.name)
         assert gathered >= 2 * params  # the full parameters, at least once per step
     assert (tmp_path / "sp.dctx").exists()
+    # both ranks mostly communicate: the merged profile is communication-bound, not a straggler
+    ranks = [f"sp.rank{r}-of2.dctx" for r in range(2)]
+    _deepcontext(tmp_path, "merge", "-q", *ranks, "-o", "sp.merged.dctx")
+    proc = _deepcontext(tmp_path, "analyze", "sp.merged.dctx", "--format", "json")
+    found = {f["rule"]: f for f in json.loads(proc.stdout)["findings"]}
+    f = found["communication-bound"]
+    assert min(f["evidence"]["comm_share"].values()) >= 0.3
+    assert f["location"]["path"][-1] == "dist.ddp_wait"
 
 
 CHILDREN = """

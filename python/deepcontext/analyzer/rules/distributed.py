@@ -7,18 +7,21 @@ comm_wait_time, comm_time, comm_bytes; the `distributed` metadata summary) and t
 rank-straggler (merged profile of >= 2 ranks): the rank that waits least in collectives is the one
 the others wait for. It fires when the other ranks wait, on average, >= 10 ms and >= 5 % of their
 time longer than it. The path that makes it slow is the call path where the straggler spends the
-most time beyond the other ranks' median (exclusive time, outside communication), read from the
+most time beyond the other ranks' median (exclusive time, outside communication, within the
+training loop: the source loop around the collectives' call sites), read from the
 per-rank profiles named in `merged_inputs` when they are still there; without them, from the
 merged maxima (the slow rank is then named from the waits only).
 
 communication-bound (merged or single-rank profile): every rank, the least-waiting one included,
 spends >= 30 % of its time communicating (collective calls + waits outside them + DDP's bucket
-wait). Its time is the training loop (first DDP forward to last gradient sync), else the region of
-the collectives' call sites. The steps are then bound by communication rather than by a slow rank.
+wait). Its time is the training loop (first DDP forward to last gradient sync), else the lines of
+the source loop around the collectives' call sites. The steps are then bound by communication rather than by a slow rank.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import statistics
@@ -26,7 +29,7 @@ import statistics
 from ...errors import ProfileError
 from ..engine import NotApplicable, rule
 from ..finding import Finding
-from ..query import Query
+from ..query import Query, is_user_file
 from ._common import fmt_ns
 
 COMM_PREFIXES = ("dist.", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:")
@@ -77,22 +80,63 @@ def _summary(meta: dict) -> dict:
     return s if isinstance(s, dict) else {}
 
 
+def _loop_comm(s: dict) -> float:
+    """Communication time of the training loop when it is known (DDP), else of the whole run."""
+    if s.get("ddp_loop_time"):
+        return s.get("ddp_loop_comm_time", s.get("comm_total_time", 0))
+    return s.get("comm_total_time", 0)
+
+
 def comm_nodes(q: Query) -> list[int]:
     return [n for n in range(len(q.kind)) if is_comm(q, n)]
 
 
-def region(q: Query, nodes: list[int]) -> int:
-    """The node whose subtree holds every call site of communication (e.g. the training function):
-    the lowest common ancestor of their innermost user lines."""
-    anchors = []
+@functools.lru_cache(maxsize=64)
+def _loops(path: str) -> tuple[tuple[int, int], ...]:
+    """(first, last) line of every for/while loop of a Python source file (empty if unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (n.lineno, n.end_lineno or n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.For | ast.While | ast.AsyncFor)
+    )
+
+
+def region(q: Query, nodes: list[int]) -> list[int]:
+    """Where the steps run: the line nodes of the training loop, found as the innermost source
+    loop (for/while, read from the user's file) around a call path of communication, the one with
+    the most collective calls; else the lowest common ancestor of the collectives' user lines."""
+    weight: dict[tuple, float] = {}
     for n in nodes:
-        u = q.user_line[n]
-        anchors.append(u if u >= 0 else n)
-    if not anchors:
-        return 0
-    r = q.common_ancestor(anchors)
-    # the LCA of lines of one function is its caller's line; that is the region we want
-    return r
+        w = q.inc(n, "comm_calls") or q.inc(n, "op_count") or 1.0
+        for a in (n, *q.ancestors(n)):
+            if q.kind[a] != "python":
+                continue
+            f = q.frame(a)
+            if not is_user_file(f.file):
+                continue
+            around = [lp for lp in _loops(f.file) if lp[0] <= f.line <= lp[1]]
+            if around:
+                lo, hi = max(around)  # the innermost: the one starting last
+                key = (q.parent(a), f.file, f.name, lo, hi)
+                weight[key] = weight.get(key, 0.0) + w
+                break
+    if weight:
+        par, file, fn, lo, hi = max(weight, key=weight.get)
+        return [
+            c
+            for c in q.children(par)
+            if q.kind[c] == "python"
+            and q.frame(c).file == file
+            and q.frame(c).name == fn
+            and lo <= q.frame(c).line <= hi
+        ]
+    anchors = [q.user_line[n] if q.user_line[n] >= 0 else n for n in nodes]
+    return [q.common_ancestor(anchors)] if anchors else [0]
 
 
 def _load_rank_profiles(q: Query, inputs: list[dict]):
@@ -129,12 +173,12 @@ def _map_to(q: Query, prof) -> list[int]:
     return out
 
 
-def _candidates(q: Query, top: int) -> list[int]:
+def _candidates(q: Query, tops: list[int]) -> list[int]:
     """Nodes of the region's subtree that are not communication (nor below it), nor the direct
     callers of a collective: their exclusive time is the wait inside collectives that run in C++
     (DDP's parameter check at construction, DDP's backward)."""
     out = []
-    stack = [top]
+    stack = list(tops)
     while stack:
         n = stack.pop()
         if is_comm(q, n):
@@ -165,7 +209,7 @@ class _Ranks:
         ]
         self.region_time = [self._region_time(i) for i in range(self.n)]
         sums = [_summary(inp.get("meta") or {}) for inp in self.inputs]
-        self.comm_total = [float(s.get("comm_total_time", 0)) for s in sums]
+        self.comm_total = [float(_loop_comm(s)) for s in sums]
         self.ddp_syncs = [
             int((s.get("by_collective", {}).get("ddp_all_reduce") or {}).get("comm_calls", 0))
             for s in sums
@@ -177,11 +221,10 @@ class _Ranks:
             return float(loop)
         if self.maps:
             prof, m = self.profiles[i], self.maps[i]
-            nodes = [n for n in range(len(m)) if m[n] == self.region]
-            if nodes:
-                return prof.inclusive(nodes[0], self.metric)
-        return self.q.inc(self.region, f"{self.metric}:mean") or self.q.inc(
-            self.region, self.metric
+            want = set(self.region)
+            return sum(prof.inclusive(n, self.metric) for n in range(len(m)) if m[n] in want)
+        return sum(
+            self.q.inc(n, f"{self.metric}:mean") or self.q.inc(n, self.metric) for n in self.region
         )
 
     def exclusive_by_rank(self) -> list[dict[int, float]] | None:
@@ -248,7 +291,7 @@ def straggler(q: Query):
                 paths.append((mx - mean, n, mx, mean))
         how = "merged maxima (per-rank profiles not found)"
     paths.sort(key=lambda t: -t[0])
-    node = paths[0][1] if paths else (r.region or None)
+    node = paths[0][1] if paths else (r.region[0] or None)
     top = [
         {
             "path": q.path_labels(n),
@@ -321,8 +364,8 @@ def communication_bound(q: Query):
         s = _summary(q.profile.meta)
         reg = region(q, comm)
         labels = [f"rank {q.profile.meta['rank']}" if "rank" in q.profile.meta else "this process"]
-        totals = [float(s.get("comm_total_time", 0))]
-        times = [float(s.get("ddp_loop_time") or q.inc(reg, m))]
+        totals = [float(_loop_comm(s))]
+        times = [float(s.get("ddp_loop_time") or sum(q.inc(n, m) for n in reg))]
     shares = [t / x if x > 0 else 0.0 for t, x in zip(totals, times, strict=True)]
     if not shares or min(shares) < COMM_BOUND_SHARE:
         return
@@ -345,16 +388,24 @@ def communication_bound(q: Query):
         for n in top[:5]
     ]
     total = sum(totals)
+    if len(labels) > 1:
+        who = f"every rank spends >= {min(shares):.0%} of its time in collectives"
+        caveat = ""
+    else:
+        who = f"{labels[0]} spends {shares[0]:.0%} of its time in collectives"
+        caveat = (
+            " One rank's profile cannot tell slow communication from waiting for a slower rank: "
+            "merge the ranks' profiles (deepcontext merge) and analyze the merged one."
+        )
     yield Finding(
         summary=(
-            f"communication-bound: every rank spends >= {min(shares):.0%} of its time in "
-            f"collectives; the heaviest is {q.name(node)} at {q.source_label(node)}"
+            f"communication-bound: {who}; the heaviest is {q.name(node)} at {q.source_label(node)}"
         ),
         suggestion=(
             "Communicate less often or overlap it: gradient accumulation with DDP's no_sync() for "
             "all but the last micro-batch, a larger bucket_cap_mb, a bf16/fp16 compression comm "
             "hook, a larger per-rank batch; collectives in the loop for logging (loss all_reduce) "
-            "every N steps or with async_op=True."
+            "every N steps or with async_op=True." + caveat
         ),
         metric=m,
         time=total,

@@ -268,6 +268,8 @@ def _autostart() -> None:
     spec = os.environ.get(ENV_CHILD)
     if not spec or env_rank() is None:
         return  # not a rank (leave the variables: it may be a nested launcher)
+    if "--multiprocessing-fork" in sys.argv:
+        return  # a multiprocessing child (mp.spawn's are profiled by SpawnedRank, with their index)
     _drop_bootstrap_from_env()
     try:
         cfg = json.loads(spec)

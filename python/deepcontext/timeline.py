@@ -31,6 +31,8 @@ from .errors import UserError
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_EVENTS = 1 << 17
+MAX_STEPS = 1 << 20  # as in src/timeline/timeline.cpp
+MAX_EVENTS = 1 << 24
 
 _lock = threading.Lock()
 _lib = None
@@ -42,11 +44,26 @@ _hook_handle = None
 _finder = None
 
 
+def _bounded(limit: int):
+    def parse(text: str) -> int:
+        import argparse
+
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not 0 <= n <= limit:
+            raise argparse.ArgumentTypeError(f"must be between 0 and {limit}, not {n}")
+        return n
+
+    return parse
+
+
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("Timeline")
     g.add_argument(
         "--timeline",
-        type=int,
+        type=_bounded(MAX_STEPS),
         metavar="LAST_N_STEPS",
         default=None,
         help="keep the events of the last N steps (operators, scopes, GPU kernels and copies, per "
@@ -56,7 +73,7 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--timeline-events",
-        type=int,
+        type=_bounded(MAX_EVENTS),
         metavar="N",
         default=None,
         help=f"ring size per thread, in events of 32 bytes (default {DEFAULT_EVENTS})",
@@ -103,8 +120,8 @@ def _count(options: dict, key: str, default: int, limit: int) -> int:
 def activate(options: dict) -> None:
     """Configures the rings for this session (off unless options["timeline"] > 0)."""
     global _on, _auto, _manual, _owner
-    steps = _count(options, "timeline", 0, 1 << 20)
-    events = _count(options, "timeline_events", DEFAULT_EVENTS, 1 << 24)
+    steps = _count(options, "timeline", 0, MAX_STEPS)
+    events = _count(options, "timeline_events", DEFAULT_EVENTS, MAX_EVENTS)
     if steps == 0 and not _on and _lib is None:
         return  # never on in this process: nothing to switch off
     if _library().dctx_timeline_configure(steps, events) != 0:

@@ -153,3 +153,17 @@ def test_off_without_the_flag(tmp_path):
     path = tmp_path / "off.dctx"
     run(tmp_path, "-q", "-o", path, LOOP, 5)
     assert "timeline" not in read(path)["tables"]
+
+
+def test_bad_flag_values_are_usage_errors(tmp_path):
+    import subprocess
+    import sys
+
+    for args in (["--timeline", "-3"], ["--timeline", "5", "--timeline-events", "x"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepcontext", "run", *args, str(LOOP), "1"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2 and "--timeline" in proc.stderr

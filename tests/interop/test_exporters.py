@@ -1,0 +1,226 @@
+"""Exports of real profiles open in the tools they are for, with the same totals as ours:
+hatchet (llnl-hatchet), pprof (`go tool pprof -top`), speedscope (its own app in headless
+Chromium), collapsed stacks, CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deepcontext.reader import load
+from deepcontext.render import frame_label
+
+from .conftest import HERE, cli, profile_program, wait_all
+
+NODE_DIR = HERE / "node"
+
+
+@pytest.fixture(scope="module", params=["train", "dedupe"])
+def profile(request, train_profile, dedupe_profiles) -> Path:
+    return train_profile if request.param == "train" else dedupe_profiles["slow"]
+
+
+def totals(path: Path) -> dict[str, float]:
+    p = load(path)
+    return {m: p.total(m) for m in p.metrics}
+
+
+def export(path: Path, fmt: str, *extra: str) -> Path:
+    out = path.with_name(f"{path.stem}-{fmt}-{'-'.join(extra) or 'all'}.out")
+    cli("export", path, "--format", fmt, "-o", out, *extra)
+    assert out.stat().st_size > 0
+    return out
+
+
+def test_profiles_are_real(train_profile, dedupe_profiles):
+    t = totals(train_profile)
+    assert t["cpu_time"] > 0 and t["op_count"] > 0 and t["alloc_bytes"] > 0
+    p = load(train_profile)
+    kinds = {f.kind for f in p.frames.values()}
+    assert {"python", "operator"} <= kinds
+    assert totals(dedupe_profiles["slow"])["cpu_time"] > 0
+
+
+def test_hatchet_loads_with_our_totals(profile):
+    ht = pytest.importorskip("hatchet")
+    out = export(profile, "hatchet")
+    gf = ht.GraphFrame.from_literal(json.loads(out.read_text()))
+    df = gf.dataframe
+    ours = totals(profile)
+    p = load(profile)
+    assert len(df) == len(p.node_parent)
+    roots = gf.graph.roots
+    assert len(roots) == 1 and roots[0].frame["name"] == "<root>"
+    for m, total in ours.items():
+        assert m in gf.exc_metrics and f"{m} (inc)" in gf.inc_metrics
+        assert df.loc[roots[0], f"{m} (inc)"] == total, m
+        assert df[m].sum() == pytest.approx(total, rel=1e-12, abs=1e-6), m
+    # hatchet's own tree: the exclusive values of each top-level subtree it built add up to the
+    # inclusive value we wrote for that subtree's root
+    for top in [roots[0], *roots[0].children]:
+        subtree = list(top.traverse())
+        for m in ours:
+            assert df.loc[subtree, m].sum() == pytest.approx(
+                df.loc[top, f"{m} (inc)"], rel=1e-12, abs=1e-6
+            ), (m, top.frame["name"])
+    # frames are named as in the report
+    labels = {n.frame["name"] for n in gf.graph.traverse()}
+    tree = json.loads(cli("report", profile, "--format", "json", "--depth", "3").stdout)
+
+    def walk(node):
+        yield node
+        for c in node["children"]:
+            yield from walk(c)
+
+    report_labels = {n["label"] for n in walk(tree["tree"])}
+    assert report_labels <= labels
+
+
+def test_hatchet_deep_tree(workdir):
+    """A call path deeper than Python's recursion limit still exports (written without recursion);
+    reading it back needs a higher recursion limit, as json's reader recurses per level."""
+    wait_all([profile_program(workdir, "deep", "deep.dctx")])
+    out = export(workdir / "deep.dctx", "hatchet")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)
+    try:
+        doc = json.loads(out.read_text())
+    finally:
+        sys.setrecursionlimit(limit)
+    node, depth = doc[0], 0
+    while node["children"]:
+        node = node["children"][0]
+        depth += 1
+    assert depth > 400
+    assert node["metrics"]["cpu_time"] > 0
+
+
+def _pprof_total(path: Path, metric: str, unit: str) -> tuple[float, float]:
+    args = ["go", "tool", "pprof", "-top", "-nodefraction=0", f"-sample_index={metric}"]
+    if unit == "ns":
+        args.append("-unit=ns")
+    elif unit == "bytes":
+        args.append("-unit=B")
+    r = subprocess.run([*args, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"Showing nodes accounting for (\S+), ([\d.]+)% of (\S+) total", r.stdout)
+    assert m, r.stdout + r.stderr
+
+    def num(s: str) -> float:
+        v = re.fullmatch(r"(-?[\d.]+)([a-zA-Z]*)", s)
+        assert v, s
+        assert v.group(2) in ("", "ns", "B"), s
+        return float(v.group(1))
+
+    return num(m.group(1)), num(m.group(3))
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed (go tool pprof)")
+def test_pprof_opens_with_our_totals(profile):
+    out = export(profile, "pprof")
+    p = load(profile)
+    checked = 0
+    for m, total in totals(profile).items():
+        if total == 0:
+            continue
+        shown, whole = _pprof_total(out, m, p.metrics[m].unit)
+        assert whole == round(total), (m, whole, total)
+        assert shown == whole, m
+        checked += 1
+    assert checked >= 3
+    # function names are the report's labels
+    r = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=cpu_time", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    hot = max(
+        (n for n in p.nodes() if n.frame.kind != "root"), key=lambda n: n.exclusive("cpu_time")
+    )
+    assert frame_label(hot.frame) in r.stdout
+
+
+def _speedscope(path: Path) -> dict:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    r = subprocess.run(
+        [node, str(NODE_DIR / "speedscope_totals.mjs"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if r.returncode == 3:
+        pytest.skip(r.stderr.strip())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+def test_speedscope_opens_with_our_totals(profile):
+    out = export(profile, "speedscope")
+    doc = json.loads(out.read_text())
+    shown = _speedscope(out)
+    assert shown["errors"] == []
+    assert shown["exporter"].startswith("speedscope@")
+    ours = totals(profile)
+    names = [pr["name"] for pr in doc["profiles"]]
+    assert [pr["name"] for pr in shown["profiles"]] == names
+    assert set(names) == set(ours)
+    for pr in shown["profiles"]:
+        assert pr["total"] == ours[pr["name"]], pr
+    # what speedscope shows: our file's name as its title, the first metric's profile first
+    assert profile.name in shown["title"]
+    assert f"{names[0]} (1/{len(names)})" in shown["toolbar"]
+
+
+def test_collapsed_sums_to_totals(profile):
+    ours = totals(profile)
+    p = load(profile)
+    for m, total in ours.items():
+        if total == 0:
+            continue
+        out = export(profile, "collapsed", "--metric", m)
+        lines = out.read_text().splitlines()
+        s = 0
+        for line in lines:
+            stack, _, value = line.rpartition(" ")
+            assert stack and value.lstrip("-").isdigit(), line
+            s += int(value)
+        assert s == round(total), m
+    # stacks are the report's labels, root first
+    out = export(profile, "collapsed", "--metric", "cpu_time")
+    hot = max(
+        (n for n in p.nodes() if n.frame.kind != "root"), key=lambda n: n.exclusive("cpu_time")
+    )
+    want = ";".join(frame_label(f).replace(";", ":") for f in hot.path())
+    assert any(line.startswith(want + " ") for line in out.read_text().splitlines())
+
+
+def test_csv_sums_to_totals(profile):
+    ours = totals(profile)
+    out = export(profile, "csv")
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(load(profile).node_parent)
+    assert rows[0]["id"] == "0" and rows[0]["parent"] == ""
+    for m, total in ours.items():
+        assert float(rows[0][f"{m}_inc"]) == total
+        assert sum(float(r[f"{m}_exc"]) for r in rows) == pytest.approx(total, rel=1e-12, abs=1e-6)
+
+
+def test_export_errors_are_one_line(dedupe_profiles, tmp_path):
+    r = cli("export", dedupe_profiles["slow"], "--format", "pprof", "--metric", "nope", check=False)
+    assert r.returncode != 0
+    assert "unknown metric 'nope'" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.dctx"
+    bad.write_text("not a profile")
+    r = cli("export", bad, "--format", "hatchet", check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr

@@ -1,0 +1,159 @@
+"""`deepcontext merge` on four real processes of one job, one of them a straggler: sums equal the
+per-input sums path by path, the statistics across inputs are right, the straggler's imbalance is
+visible, the inputs' metadata is kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from deepcontext.merge import merge_files
+from deepcontext.reader import load
+from deepcontext.writer import ProfileWriter
+
+from .conftest import cli
+
+
+def by_path(path: Path, metric: str) -> dict[tuple, tuple[float, float]]:
+    """Per call path (frames from the root): (inclusive, exclusive), duplicate paths added."""
+    p = load(path)
+    out: dict[tuple, list[float]] = {}
+    for n in p.nodes():
+        if n.id == 0:
+            key: tuple = ()
+        else:
+            key = tuple(n.path())
+        v = out.setdefault(key, [0.0, 0.0])
+        v[0] += n.inclusive(metric)
+        v[1] += n.exclusive(metric)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def merged(job_profiles, tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("merged") / "job.dctx"
+    r = cli("merge", *job_profiles, "-o", out)  # with its progress bar (on stderr)
+    assert f"merged {len(job_profiles)} profiles" in r.stderr
+    return out, r.stderr
+
+
+def test_sums_equal_per_input_sums(job_profiles, merged):
+    out, _ = merged
+    m = load(out)
+    inputs = [load(p) for p in job_profiles]
+    for metric in ("cpu_time", "wall_time", "samples"):
+        assert m.total(metric) == sum(p.total(metric) for p in inputs), metric
+        want: dict[tuple, list[float]] = {}
+        for path in job_profiles:
+            for key, (inc, exc) in by_path(path, metric).items():
+                w = want.setdefault(key, [0.0, 0.0])
+                w[0] += inc
+                w[1] += exc
+        got = by_path(out, metric)
+        for key, (inc, exc) in want.items():
+            if inc == 0 and exc == 0:
+                continue
+            assert got[key] == (inc, exc), (metric, key)
+        assert all(v == (0.0, 0.0) or k in want for k, v in got.items())
+
+
+def test_statistics_across_inputs(job_profiles, merged):
+    out, _ = merged
+    m = load(out)
+    inputs = [load(p) for p in job_profiles]
+    per_input = np.array([p.total("cpu_time") for p in inputs])
+    root = m.root
+    assert root.inclusive("cpu_time:mean") == pytest.approx(per_input.mean(), rel=1e-12)
+    assert root.inclusive("cpu_time:min") == per_input.min()
+    assert root.inclusive("cpu_time:max") == per_input.max()
+    assert root.inclusive("cpu_time:std") == pytest.approx(per_input.std(), rel=1e-9)
+    assert root.inclusive("cpu_time:imbalance") == pytest.approx(
+        per_input.max() / per_input.mean(), rel=1e-12
+    )
+    assert m.metrics["cpu_time:imbalance"].unit == "ratio"
+    assert json.loads(m.meta["merged_totals"])["cpu_time"] == per_input.tolist()
+
+
+def test_straggler_imbalance_visible(job_profiles, merged):
+    out, _ = merged
+    m = load(out)
+    straggler = load(job_profiles[2])
+    hot = [n for n in m.nodes() if n.frame.name == "straggle"]
+    assert hot, "the straggler's extra function is in the merged tree"
+    node = max(hot, key=lambda n: n.inclusive("cpu_time"))
+    # only one of four inputs ran it: max/mean is 4
+    assert node.inclusive("cpu_time:imbalance") == pytest.approx(4.0)
+    assert node.inclusive("cpu_time:max") == node.inclusive("cpu_time")
+    assert node.inclusive("cpu_time:min") == 0
+    assert node.props.get("cpu_time:max_input") == f"pid {straggler.meta['pid']}"
+    # the whole job: the straggler is the slowest input and makes the root imbalanced
+    totals = [load(p).total("cpu_time") for p in job_profiles]
+    assert int(np.argmax(totals)) == 2
+    assert m.root.inclusive("cpu_time:imbalance") > 1.2
+    # the report shows the statistic
+    r = cli("report", out, "--metric", "cpu_time:imbalance", "--format", "json")
+    assert "straggle" in r.stdout
+
+
+def test_metadata_kept(job_profiles, merged):
+    out, _ = merged
+    m = load(out)
+    kept = json.loads(m.meta["merged_inputs"])
+    assert [k["path"] for k in kept] == [str(p) for p in job_profiles]
+    for k, path in zip(kept, job_profiles, strict=True):
+        assert k["meta"] == load(path).meta
+        assert k["label"] == f"pid {k['meta']['pid']}"
+    assert m.meta["merged_count"] == "4"
+    metas = [load(p).meta for p in job_profiles]
+    assert m.meta["start_time"] == min(x["start_time"] for x in metas)
+    assert m.meta["end_time"] == max(x["end_time"] for x in metas)
+    assert m.meta["host"] == metas[0]["host"]
+
+
+def test_progress_per_input(job_profiles, tmp_path):
+    """The progress bar's callback: once per input, in order (the CLI draws it on a terminal)."""
+    calls = []
+    merge_files(
+        [str(p) for p in job_profiles],
+        str(tmp_path / "o.dctx"),
+        jobs=2,
+        progress=lambda done, total, path: calls.append((done, total, path)),
+    )
+    assert calls == [(i + 1, 4, str(p)) for i, p in enumerate(job_profiles)]
+
+
+def test_merge_exact_for_fractional_and_huge_values(tmp_path):
+    """Values that are not integers, or beyond 2**53, merge exactly (the column reader's slow
+    path) and equal what the reader reads."""
+    vals = [[0.1, 2.5, 1e20], [0.2, 3.25, 3e20], [7.0, 1.0, 5.0]]
+    paths = []
+    for k, row in enumerate(vals):
+        w = ProfileWriter({"pid": str(100 + k)})
+        a = w.path([w.frame("python", "a", "x.py", 1), w.frame("python", "b", "x.py", 2)])
+        c = w.path([w.frame("python", "c", "x.py", 3)])
+        w.add(a, "cpu_time", row[0])
+        w.add(c, "cpu_time", row[1])
+        w.add(0, "cpu_time", row[2])
+        p = tmp_path / f"in{k}.dctx"
+        w.write(p)
+        paths.append(p)
+    out = tmp_path / "out.dctx"
+    merge_files([str(p) for p in paths], str(out), jobs=1)
+    got = by_path(out, "cpu_time")
+    for key in {k for p in paths for k in by_path(p, "cpu_time")}:
+        want_exc = sum(by_path(p, "cpu_time").get(key, (0, 0))[1] for p in paths)
+        assert got[key][1] == want_exc, key
+    assert load(out).root.exclusive("cpu_time") == 1e20 + 3e20 + 5.0
+
+
+def test_merge_errors(job_profiles, tmp_path):
+    r = cli("merge", job_profiles[0], "-o", job_profiles[0], check=False)
+    assert r.returncode != 0 and "overwrite an input" in r.stderr
+    r = cli("merge", tmp_path / "missing.dctx", "-o", tmp_path / "o.dctx", check=False)
+    assert r.returncode != 0 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.dctx"
+    bad.write_text("x")
+    r = cli("merge", job_profiles[0], bad, "-o", tmp_path / "o.dctx", check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr

@@ -142,7 +142,10 @@ def attribution(path: str, user_file: str) -> dict:
         else:
             key = " > ".join(f.name[:60] for f in frames if f.kind != "python")
             unplaced[key] = unplaced.get(key, 0.0) + t
-        on_autograd_thread = frames and frames[0].kind == "thread"
+        # autograd's device threads: any thread but the main one (every path starts at a thread)
+        on_autograd_thread = (
+            bool(frames) and frames[0].kind == "thread" and (frames[0].name != "MainThread")
+        )
         under_backward = any(f.kind == "backward" for f in frames)
         if on_autograd_thread or under_backward:
             backward += t

@@ -79,6 +79,10 @@ dctx_node dctx_enter_id(dctx_domain domain, uint32_t frame_id);
  * the thread's own Python stack is not consulted. */
 dctx_node dctx_enter_node(dctx_domain domain, dctx_node node);
 void dctx_exit(dctx_domain domain);
+/* Moves the calling thread's open top frame to another node (a layer that learns late where the
+ * frame belongs: the engine's evaluate_function record, once its backward function is matched to a
+ * forward operator). Frames entered afterwards go below the new node. */
+void dctx_retarget(dctx_node node);
 
 /* The unified call path of the calling thread: the top of its context stack, or, when the stack is
  * empty, its current Python stack (root if it runs no Python). */

@@ -234,6 +234,15 @@ dctx_node dctx_enter_node(dctx_domain domain, dctx_node node) {
   return node;
 }
 
+void dctx_retarget(dctx_node node) {
+  ThreadContext &ctx = this_thread_context();
+  if (ctx.stack.empty()) return;
+  ContextEntry &e = ctx.stack.back();
+  e.node = node;
+  e.python_depth = UINT32_MAX;  // like dctx_enter_node: the path is the forward's
+  ctx.top.store((uint64_t(node) << 32 | UINT32_MAX) + 1, std::memory_order_release);
+}
+
 void dctx_exit(dctx_domain domain) {
   ThreadContext &ctx = this_thread_context();
   if (ctx.stack.empty()) return;

@@ -123,7 +123,7 @@ def test_another_subscriber_first_turns_gpu_metrics_off_with_one_line(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "ok True" in res.stdout
     assert len([ln for ln in res.stderr.splitlines() if "another CUPTI client" in ln]) == 1
-    assert any("another CUPTI client" in m for m in profile.load(prof_path).notes())
+    assert any("another CUPTI client" in m for m in profile.load(prof_path).notes)
 
 
 def test_torch_profiler_started_under_us_leaves_the_program_unharmed(tmp_path):
@@ -140,4 +140,4 @@ def test_torch_profiler_started_under_us_leaves_the_program_unharmed(tmp_path):
     assert "ok True" in res.stdout
     stats = json.loads(prof.meta["gpu_stats"])
     missing = stats["launches_expected"] - stats["launches_received"]
-    assert missing == 0 or any("another CUPTI client" in m for m in prof.notes())
+    assert missing == 0 or any("another CUPTI client" in m for m in prof.notes)

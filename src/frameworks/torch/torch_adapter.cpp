@@ -197,6 +197,8 @@ uint32_t frame_for(dctx_frame_kind kind, const char *name, const char *module) {
   return dctx_frame_id(&f);
 }
 
+constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
+
 uint32_t op_frame(ThreadState &ts, const char *name) {
   if (name == nullptr) name = "<unnamed>";
   size_t h = (reinterpret_cast<uintptr_t>(name) >> 3) & (kNameSlots - 1);
@@ -427,6 +429,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     dctx_node fwd = ring_get(fn.forwardThreadId(), seq);
     if (fwd != 0) {
       dctx_node marker = dctx_child(fwd, g_backward_frame);
+      // The engine's record around this function (`autograd::engine::evaluate_function: X`)
+      // also runs work outside it: the sum that reduces a broadcast gradient, the add_ that
+      // accumulates a gradient used twice. That open record becomes the backward marker itself,
+      // so its work lands beside the function, under the forward path.
+      if (!ts.ops.empty() && ts.ops.back().node != 0 &&
+          std::string_view(ts.ops.back().rf->name()).starts_with(kEvaluatePrefix) &&
+          dctx_current() == ts.ops.back().node) {
+        ts.ops.back().node = marker;
+        dctx_retarget(marker);
+      }
       node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(marker, frame));
       g_bwd_matched.fetch_add(1, std::memory_order_relaxed);
     } else {

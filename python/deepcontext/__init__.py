@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .scope import scope
 from .session import flush, is_active, start, stop
+from .session import mark_step as step
 from .window import profile
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "load",
     "profile",
     "scope",
+    "step",
     "start",
     "stop",
     "is_active",

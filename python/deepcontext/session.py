@@ -138,6 +138,15 @@ def stop() -> str | None:
     return state["options"]["output"]
 
 
+def mark_step() -> None:
+    """End a training step (`deepcontext.step()`, `profile.step()`): the bounded timeline keeps
+    whole steps. A no-op when no timeline is recorded."""
+    if _state is not None and _state["options"].get("timeline"):
+        from . import timeline
+
+        timeline.step()
+
+
 def flush() -> None:
     """Write a checkpoint of the profile now (complete=0)."""
     if is_active():

@@ -531,7 +531,10 @@ def build_adapter(quiet: bool = False) -> str:
     version, torch_dir, abi = _torch_info()
     src, inc = _adapter_sources()
     h = hashlib.sha256()
-    for path in (src, os.path.join(inc, "deepcontext", "monitor.h")):
+    headers = [os.path.join(inc, "deepcontext", n) for n in ("monitor.h", "timeline.h")]
+    for path in (src, *headers):
+        if not os.path.exists(path):
+            continue
         with open(path, "rb") as fh:
             h.update(fh.read())
     h.update(f"{version}|{torch_dir}|{abi}|{_PACKAGE_DIR}".encode())

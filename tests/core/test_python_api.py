@@ -96,3 +96,29 @@ def test_unknown_metric_is_one_line(run_program):
         "deepcontext: error: unknown metric bogus: choose from cpu_time, wall_time, cycles, "
         "instructions"
     )
+
+
+STEPS = """
+import sys
+import deepcontext
+
+with deepcontext.profile(sys.argv[1], timeline=2) as prof:
+    for i in range(6):
+        with deepcontext.scope("work"):
+            sum(j * j for j in range(20_000))
+        prof.step()
+"""
+
+
+def test_profile_steps_mark_the_timeline(tmp_path):
+    import sqlite3
+
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(STEPS))
+    out = tmp_path / "steps.dctx"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, cwd=tmp_path, timeout=120)
+    con = sqlite3.connect(out)
+    steps = [r[0] for r in con.execute("SELECT step FROM timeline_steps ORDER BY step")]
+    assert steps == [4, 5], steps  # the last two complete steps of six
+    scopes = con.execute("SELECT count(*) FROM timeline WHERE step IN (4, 5)").fetchone()[0]
+    assert scopes >= 2

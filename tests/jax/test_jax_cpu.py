@@ -282,3 +282,51 @@ def test_jit_kernel_table_gives_the_op_path_and_hlo_op(tmp_path):
     assert "jit_scope" in proc.stdout
     assert f" {line_of(prog, '# kernel line')}" in proc.stdout
     assert "jax_cpu_jit_frames" in load(tmp_path / "p.dctx").meta
+
+
+def _core_has_symbolizer() -> bool:
+    import ctypes
+
+    from deepcontext import _core
+
+    return hasattr(ctypes.CDLL(_core.library_path()), "dctx_register_symbolizer")
+
+
+@pytest.mark.skipif(
+    not _core_has_symbolizer() or jax_support.jax_library() is None,
+    reason="the core has no dctx_register_symbolizer (src/frameworks/jax/core-symbolizer.patch)",
+)
+def test_native_samples_in_xla_cpu_kernels_get_op_path_and_hlo_op(tmp_path):
+    prog = write_program(
+        tmp_path,
+        """
+        import time
+        import jax, jax.numpy as jnp
+
+        @jax.jit
+        def f(x):
+            with jax.named_scope("heavy_block"):
+                for _ in range(30):
+                    x = jnp.sin(x) * 1.0001 + jnp.cos(x)  # the fused line
+                return x
+
+        x = jnp.ones((1000000,))
+        f(x).block_until_ready()
+        t = time.time()
+        while time.time() - t < 2:
+            f(x).block_until_ready()  # call line
+        """,
+    )
+    out = tmp_path / "p.dctx"
+    run_deepcontext(tmp_path, "--native", "-o", str(out), str(prog))
+    p = load(out)
+    assert p.meta.get("jax_cpu_jit_frames") == "JIT kernels named after their HLO op"
+    fused, call = line_of(prog, "# the fused line"), line_of(prog, "# call line")
+    hlo = [n for n in p.root.walk() if n.frame.kind == "hlo_op" and n.frame.line == fused]
+    assert hlo, "no sample named after the fused kernel's HLO op"
+    at_call = [n for n in hlo if has_line(n, "prog.py", call)]
+    assert sum(n.inclusive("cpu_time") for n in at_call) > 100e6
+    path = at_call[0].path()
+    ops = [f.name for f in path if f.kind == "jax_op"]
+    assert ops[:2] == ["jit(f)", "heavy_block"], ops
+    assert any(f.kind == "thread" for f in path)

@@ -30,7 +30,7 @@ struct Range {
 
 std::shared_mutex g_mu;
 std::vector<Range> g_ranges;  // sorted by start, disjoint
-int g_registered = -1;        // -1 not tried, 0 no hook in this core, 1 registered
+bool g_registered = false;  // the core names JIT frames through this table
 
 size_t symbolize(uintptr_t pc, uint32_t *frames, size_t max, void *) {
   std::shared_lock lock(g_mu);
@@ -51,6 +51,15 @@ extern "C" {
 /* Adds [start, end) -> frames (outermost first). Returns 1 when the core names JIT frames through
  * this table, 0 when this core has no symbolizer hook (the table is kept). */
 int dctx_jax_add_jit_range(uint64_t start, uint64_t end, const uint32_t *frames, uint32_t count) {
+  // Registered outside g_mu: the unwinder calls symbolize() under its own lock, which
+  // dctx_register_symbolizer takes too.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // (dctx_is_active also keeps libdeepcontext a needed library of ours, so that the weak
+    // reference resolves in its scope.)
+    g_registered = dctx_is_active() && dctx_register_symbolizer &&
+                   dctx_register_symbolizer(&symbolize, nullptr) > 0;
+  });
   std::unique_lock lock(g_mu);
   if (start < end && frames && count) {
     Range r{static_cast<uintptr_t>(start), static_cast<uintptr_t>(end),
@@ -66,9 +75,7 @@ int dctx_jax_add_jit_range(uint64_t start, uint64_t end, const uint32_t *frames,
     pos = g_ranges.erase(first, last);
     g_ranges.insert(pos, r);
   }
-  if (g_registered < 0)
-    g_registered = dctx_register_symbolizer && dctx_register_symbolizer(&symbolize, nullptr) > 0;
-  return g_registered;
+  return g_registered > 0;
 }
 
 /* The frames the table gives for pc (tests); returns their count. */

@@ -22,12 +22,13 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from queue import Empty
 
 import numpy as np
 
 from .errors import UserError
-from .reader import ProfileError, _open
-from .writer import write_tables
+from .reader import APPLICATION_ID, FORMAT_VERSION, ProfileError, _open
+from .writer import SCHEMA
 
 STATS = ("mean", "min", "max", "std", "imbalance")
 
@@ -96,20 +97,21 @@ def read_input(path: str) -> Input:
 
 def _read(con: sqlite3.Connection, path: str) -> Input:
     meta = dict(con.execute("SELECT key, value FROM meta"))
-    strings = dict(con.execute("SELECT id, s FROM strings"))
-    strings.setdefault(0, "")
-    frame_rows = con.execute("SELECT id, kind, name, file, line, module FROM frames").fetchall()
-    top = max([r[0] for r in frame_rows] + [0]) + 1
+    # frames with their strings resolved by SQLite (string 0 and unknown ids read as "")
+    frame_rows = con.execute(
+        "SELECT f.id, f.kind, coalesce(a.s, ''), coalesce(b.s, ''), f.line, coalesce(c.s, '') "
+        "FROM frames f LEFT JOIN strings a ON a.id = f.name LEFT JOIN strings b ON b.id = f.file "
+        "LEFT JOIN strings c ON c.id = f.module WHERE f.id != 0 ORDER BY f.id"
+    ).fetchall()
+    fids = np.fromiter((r[0] for r in frame_rows), dtype=np.int64, count=len(frame_rows))
+    top = int(fids.max()) + 1 if len(fids) else 1
+    if len(fids) and fids.min() < 0:
+        raise ProfileError(f"{path}: corrupt profile (negative frame id)")
     local = np.full(top, -1, dtype=np.int64)
-    frames: list[tuple] = [(0, "", "", 0, "")]
     local[0] = 0
-    for fid, kind, name, file, line, module in frame_rows:
-        if fid == 0:
-            continue
-        local[fid] = len(frames)
-        frames.append(
-            (kind, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, ""))
-        )
+    local[fids] = np.arange(1, len(fids) + 1)
+    frames: list[tuple] = [(0, "", "", 0, "")]
+    frames += [r[1:] for r in frame_rows]
     # hash() is the same in the forked readers and the main process (one hash seed); matches
     # are checked against the frame contents in Merger._map_nodes anyway
     fhash = np.array([hash(f) for f in frames], dtype=np.int64).view(np.uint64)
@@ -217,11 +219,12 @@ class Merger:
 
     def add(self, inp: Input) -> None:
         k = len(self.inputs)
-        gframe = np.fromiter(
-            (self.frames.setdefault(f, len(self.frames)) for f in inp.frames),
-            dtype=np.int64,
-            count=len(inp.frames),
-        )
+        known = list(map(self.frames.get, inp.frames))
+        if None in known:
+            for i, f in enumerate(inp.frames):
+                if known[i] is None:
+                    known[i] = self.frames.setdefault(f, len(self.frames))
+        gframe = np.array(known, dtype=np.int64)
         out = self._map_nodes(inp, gframe)
         n = self.n
         for mk, (name, unit, desc) in enumerate(inp.metrics):
@@ -237,6 +240,76 @@ class Merger:
             if 0 <= node < len(out):
                 self.props.setdefault((int(out[node]), key), value)
         self.inputs.append({"path": inp.path, "meta": inp.meta})
+
+    _SUMS = ("exc_sum", "exc_sq", "exc_present", "inc_sum", "inc_sq", "count")
+
+    def compact(self) -> Merger:
+        """Trim the growable arrays to the merged size (before sending this Merger elsewhere)."""
+        n = self.n
+        for g in (self.parent, self.frame):
+            g.a = g.a[:n].copy()
+        for acc in self.metrics.values():
+            for g in vars(acc).values():
+                if isinstance(g, _Grow):
+                    g.a = g.a[:n].copy()
+        return self
+
+    def absorb(self, other: Merger) -> None:
+        """Add the inputs merged by `other` (a Merger of the inputs that follow this one's), as
+        if they had been added here one by one: the same tree, ids and statistics."""
+        base = len(self.inputs)
+        no = other.n
+        old_n = self.n
+        frames: list = [None] * len(other.frames)
+        for f, i in other.frames.items():
+            frames[i] = f
+        known = list(map(self.frames.get, frames))
+        for i, f in enumerate(frames):
+            if known[i] is None:
+                known[i] = self.frames.setdefault(f, len(self.frames))
+        gframe = np.array(known, dtype=np.int64)
+        h = np.zeros(no, dtype=np.uint64)
+        h[other.known_id] = other.known_h
+        pseudo = Input("<merged inputs>", {}, frames, other.parent.a[:no], other.frame.a[:no], h,
+                       [], {}, {}, [])  # fmt: skip
+        out = self._map_nodes(pseudo, gframe)
+        n = self.n
+        for name, acc_o in other.metrics.items():
+            acc = self.metrics.get(name)
+            fresh = acc is None
+            if fresh:
+                acc = self.metrics[name] = _MetricAcc(name, acc_o.unit, acc_o.desc)
+            for g in vars(acc).values():
+                if isinstance(g, _Grow):
+                    g.ensure(n)
+            for attr in self._SUMS:
+                getattr(acc, attr).a[out] += getattr(acc_o, attr).a[:no]
+            # min across inputs, an input without the node counting as 0 (inf: not yet set,
+            # which reads as 0 once some input had the metric)
+            for attr in ("exc_min", "inc_min"):
+                mine = np.full(n, np.inf) if fresh else np.zeros(n)
+                if not fresh:
+                    v = getattr(acc, attr).a[:old_n]
+                    mine[:old_n] = np.where(np.isfinite(v), v, 0.0)
+                theirs = np.zeros(n)
+                v = getattr(acc_o, attr).a[:no]
+                theirs[out] = np.where(np.isfinite(v), v, 0.0)
+                getattr(acc, attr).a[:n] = np.minimum(mine, theirs)
+            acc.seen_min_upto = n
+            higher = acc_o.inc_max.a[:no] > acc.inc_max.a[out]
+            acc.argmax.a[out[higher]] = acc_o.argmax.a[:no][higher] + base
+            acc.inc_max.a[out] = np.maximum(acc.inc_max.a[out], acc_o.inc_max.a[:no])
+            acc.exc_max.a[out] = np.maximum(acc.exc_max.a[out], acc_o.exc_max.a[:no])
+            acc.ev_min.a[out] = np.minimum(acc.ev_min.a[out], acc_o.ev_min.a[:no])
+            acc.ev_max.a[out] = np.maximum(acc.ev_max.a[out], acc_o.ev_max.a[:no])
+            acc.inputs += acc_o.inputs
+        k = len(other.inputs)
+        for name in list(self.totals) + [m for m in other.totals if m not in self.totals]:
+            mine = self.totals.get(name, [0.0] * base)
+            self.totals[name] = mine + other.totals.get(name, [0.0] * k)
+        for (node, key), value in other.props.items():
+            self.props.setdefault((int(out[node]), key), value)
+        self.inputs += other.inputs
 
     def _map_nodes(self, inp: Input, gframe: np.ndarray) -> np.ndarray:
         h = inp.hash
@@ -356,7 +429,7 @@ class Merger:
         meta["merged_stats"] = json.dumps(list(STATS))
         return meta
 
-    def write(self, path: str, *, primary: str | None = None) -> None:
+    def write(self, path: str, *, primary: str | None = None, jobs: int | None = None) -> None:
         n = self.n
         N = len(self.inputs)
         strings: dict[str, int] = {"": 0}
@@ -438,21 +511,116 @@ class Merger:
             for j in range(7)
         ]
         order = np.lexsort((cols[1], cols[0]))  # (node, metric) order: sequential B-tree inserts
-        node_metrics = zip(*(c[order].tolist() for c in cols), strict=True)
+        cols = [c[order] for c in cols]
 
         props = {**self.props}
         for node, key, value in imbalance_props:
             props[(node, key)] = value
-        write_tables(
+        _store(
             path,
             meta=self.merged_meta(),
-            strings=((i, s) for s, i in strings.items()),
+            strings=[(i, s) for s, i in strings.items()],
             frames=frame_rows,
             nodes=zip(range(n), self.parent.a[:n].tolist(), self.frame.a[:n].tolist(), strict=True),
             metrics=metric_rows,
-            node_metrics=node_metrics,
-            node_props=((node, key, value) for (node, key), value in props.items()),
+            node_metrics=cols,
+            node_props=[(node, key, value) for (node, key), value in props.items()],
+            jobs=jobs,
         )
+
+
+_PART_TABLE = (
+    "CREATE TABLE part (node INTEGER NOT NULL, metric INTEGER NOT NULL, sum REAL NOT NULL, "
+    "count INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL, inc REAL NOT NULL)"
+)
+_PART_MIN_ROWS = 200_000
+
+
+def _rows(cols: list[np.ndarray], lo: int, hi: int):
+    return zip(*(c[lo:hi].tolist() for c in cols), strict=True)
+
+
+def _fast(con: sqlite3.Connection) -> None:
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    con.execute("PRAGMA cache_size=-131072")
+
+
+def _write_part(path: str, cols: list[np.ndarray], lo: int, hi: int) -> None:
+    """In a forked child: rows [lo, hi) into a plain table of a scratch database."""
+    con = sqlite3.connect(path)
+    try:
+        _fast(con)
+        con.execute(_PART_TABLE)
+        with con:
+            con.executemany("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?, ?)", _rows(cols, lo, hi))
+    finally:
+        con.close()
+
+
+def _store(path, *, meta, strings, frames, nodes, metrics, node_metrics, node_props, jobs) -> None:
+    """Write the merged profile (docs/format.md) into a temp file, then rename it onto `path`.
+
+    Binding rows in Python is most of the time of a large merge, so with several jobs the
+    node_metrics rows are split by key range: forked children bind theirs into plain tables of
+    scratch databases while this process writes the first range and the small tables; then SQLite
+    copies the children's rows over, in key order. This process's share is smaller, as inserting
+    into the WITHOUT ROWID table costs about twice a plain insert."""
+    path = os.fspath(path)
+    cols = node_metrics
+    total = len(cols[0]) if cols else 0
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    parts = max(1, min(jobs, total // _PART_MIN_ROWS))
+    own = total if parts == 1 else total // (2 * parts - 1)
+    cuts = [0, own] + [own + (total - own) * k // (parts - 1) for k in range(1, parts)]
+    tmp = f"{path}.tmp-{os.getpid()}"
+    scratch = [f"{tmp}.part{k}" for k in range(1, parts)]
+    children = []
+    for f in [tmp, *scratch]:
+        if os.path.exists(f):
+            os.unlink(f)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        for k, f in enumerate(scratch, start=1):
+            proc = ctx.Process(target=_write_part, args=(f, cols, cuts[k], cuts[k + 1]))
+            proc.start()
+            children.append(proc)
+        con = sqlite3.connect(tmp)
+        try:
+            _fast(con)
+            con.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
+            con.executescript(SCHEMA)
+            with con:
+                meta = {"format_version": str(FORMAT_VERSION), **meta}
+                con.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+                con.executemany("INSERT INTO strings VALUES (?, ?)", strings)
+                con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)", frames)
+                con.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+                con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
+                con.executemany(
+                    "INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)", _rows(cols, 0, own)
+                )
+                con.executemany("INSERT INTO node_props VALUES (?, ?, ?)", node_props)
+            for proc, f in zip(children, scratch, strict=True):
+                proc.join()
+                if proc.exitcode != 0:
+                    raise RuntimeError(f"merge: a writer process failed (exit {proc.exitcode})")
+                con.execute("ATTACH DATABASE ? AS part", (f,))
+                with con:
+                    con.execute("INSERT INTO node_metrics SELECT * FROM part.part ORDER BY rowid")
+                con.execute("DETACH DATABASE part")
+        finally:
+            con.close()
+        os.replace(tmp, path)
+    finally:
+        for proc in children:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+        for f in [tmp, *scratch]:
+            if os.path.exists(f):
+                os.unlink(f)
 
 
 def input_label(inp: dict) -> str:
@@ -462,6 +630,66 @@ def input_label(inp: dict) -> str:
     if meta.get("pid"):
         return f"pid {meta['pid']}"
     return os.path.basename(inp["path"])
+
+
+def _merge_chunk(w: int, paths: list[str], queue) -> None:
+    """In a forked worker: merge `paths` in order, report each, send the Merger back."""
+    try:
+        m = Merger()
+        for p in paths:
+            m.add(read_input(p))
+            queue.put(("done", w, p))
+        queue.put(("result", w, m.compact()))
+    except BaseException as e:  # noqa: BLE001 (re-raised in the main process)
+        queue.put(("error", w, e if isinstance(e, Exception) else RuntimeError(repr(e))))
+
+
+def _merge_in_workers(inputs: list[str], jobs: int, progress) -> Merger:
+    """Each worker merges a contiguous share of the inputs; this process then absorbs the
+    workers' Mergers in input order, which gives the same result as adding the inputs one by one
+    (the statistics are sums, minima and maxima), while the per-input work runs in parallel and
+    only one Merger per worker is sent back."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    total = len(inputs)
+    bounds = [total * w // jobs for w in range(jobs + 1)]
+    chunks = [inputs[bounds[w] : bounds[w + 1]] for w in range(jobs)]
+    procs = [
+        ctx.Process(target=_merge_chunk, args=(w, c, queue), daemon=True)
+        for w, c in enumerate(chunks)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, Merger] = {}
+    done = 0
+    try:
+        while len(results) < jobs:
+            try:
+                msg = queue.get(timeout=1.0)
+            except Empty:
+                for w, proc in enumerate(procs):
+                    if w not in results and not proc.is_alive() and queue.empty():
+                        raise RuntimeError(
+                            f"merge: a reader process died (exit code {proc.exitcode})"
+                        ) from None
+                continue
+            if msg[0] == "done":
+                done += 1
+                if progress:
+                    progress(done, total, msg[2])
+            elif msg[0] == "result":
+                results[msg[1]] = msg[2]
+            else:
+                raise msg[2]
+    finally:
+        for proc in procs:
+            if proc.is_alive() and len(results) < jobs:
+                proc.terminate()
+            proc.join()
+    merger = Merger()
+    for w in range(jobs):
+        merger.absorb(results.pop(w))
+    return merger
 
 
 def merge_files(
@@ -480,22 +708,14 @@ def merge_files(
     if os.path.abspath(output) in {os.path.abspath(p) for p in inputs}:
         raise UserError(f"{output}: the output would overwrite an input")
     jobs = jobs or min(len(inputs), os.cpu_count() or 1)
-    merger = Merger()
     total = len(inputs)
     if jobs <= 1 or total <= 2:
-        stream = map(read_input, inputs)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("fork").Pool(jobs)
-        stream = pool.imap(read_input, inputs)
-    try:
-        for done, inp in enumerate(stream, start=1):
-            merger.add(inp)
+        merger = Merger()
+        for done, path in enumerate(inputs, start=1):
+            merger.add(read_input(path))
             if progress:
-                progress(done, total, inp.path)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-    merger.write(output)
+                progress(done, total, path)
+    else:
+        merger = _merge_in_workers(list(inputs), min(jobs, total), progress)
+    merger.write(output, jobs=jobs)
     return merger

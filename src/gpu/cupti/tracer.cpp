@@ -2,6 +2,7 @@
 // Processor on the launching thread, activity buffers decoded and processed on CUPTI's thread.
 #include <cupti.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -113,6 +114,47 @@ class DriverQuery {
 };
 
 constexpr size_t kBufferSize = size_t{8} << 20;
+
+// Activity buffers come from mmap and go back to a small free list: reusing the same pages keeps
+// RSS flat over a long run (through malloc, glibc's dynamic mmap threshold moved 8 MiB buffers
+// onto the heap, which kept the peak of buffers ever in flight and grew with the run's length).
+class BufferPool {
+ public:
+  uint8_t *get() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        uint8_t *b = free_.back();
+        free_.pop_back();
+        return b;
+      }
+    }
+    void *p =
+        mmap(nullptr, kBufferSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
+  }
+  void put(uint8_t *buffer) {
+    if (buffer == nullptr) return;
+    {
+      std::lock_guard lock(mu_);
+      if (free_.size() < kKeep) {
+        free_.push_back(buffer);
+        return;
+      }
+    }
+    munmap(buffer, kBufferSize);
+  }
+
+ private:
+  static constexpr size_t kKeep = 4;
+  std::mutex mu_;
+  std::vector<uint8_t *> free_;
+};
+
+BufferPool &buffer_pool() {
+  static auto *pool = new BufferPool();  // CUPTI may complete buffers during exit
+  return *pool;
+}
 constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -400,7 +442,7 @@ void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *
 }
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-  *buffer = static_cast<uint8_t *>(std::aligned_alloc(8, kBufferSize));
+  *buffer = buffer_pool().get();
   *size = *buffer ? kBufferSize : 0;
   *max_records = 0;
 }
@@ -408,7 +450,7 @@ void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t
 void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t,
                                           size_t valid) {
   g_tracer.buffer_completed(ctx, stream, buffer, valid);
-  std::free(buffer);
+  buffer_pool().put(buffer);
 }
 
 void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid) {

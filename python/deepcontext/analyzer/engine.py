@@ -155,6 +155,18 @@ def _location(q: Query, f: Finding) -> dict:
     }
 
 
+def _mostly_covered(q: Query, f: Finding, covered: set[int]) -> bool:
+    """True when most of a generic finding's nodes lie inside nodes a specific finding reported
+    (e.g. the short sort kernels of an index backward that index-backward already accounts for)."""
+    if not f.nodes or not covered:
+        return False
+    inside = 0
+    for n in f.nodes:
+        if n in covered or any(a in covered for a in q.ancestors(n)):
+            inside += 1
+    return inside * 2 > len(f.nodes)
+
+
 def analyze(
     profile: Profile | str | os.PathLike,
     rules: Iterable[str | Rule] | None = None,
@@ -206,12 +218,23 @@ def analyze(
             found.append((r, f))
         analysis.rules_run.append(r.id)
     specific_nodes = {f.node for r, f in found if not r.generic and f.node is not None}
+    covered = set(specific_nodes)
+    for r, f in found:
+        if not r.generic:
+            covered.update(f.nodes)
     out = []
     for r, f in found:
-        if r.generic and f.node in specific_nodes:
+        if r.generic and (f.node in specific_nodes or _mostly_covered(q, f, covered)):
             continue
-        f.share = q.share(f.time, f.metric)
-        f.saving_share = q.share(f.saving, f.metric)
+        # A saving is part of the region it removes, and the region part of the whole: a rule's
+        # estimate never claims more (a rule measuring outside its metric, e.g. copy or idle time
+        # on a GPU profile, gives its own `total`).
+        f.time = max(0.0, float(f.time))
+        f.saving = min(max(0.0, float(f.saving)), f.time)
+        total = f.total if f.total else q.denominator(f.metric)
+        f.total = max(float(total), f.time)
+        f.share = f.time / f.total if f.total > 0 else 0.0
+        f.saving_share = f.saving / f.total if f.total > 0 else 0.0
         if f.share < min_share:
             continue
         f.location = _location(q, f)

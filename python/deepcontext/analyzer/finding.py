@@ -14,6 +14,9 @@ class Finding:
     time: the time of the problem region (e.g. the backward of the index op), in metric units.
     saving: the estimated saving in metric units; estimate says how it was estimated.
     evidence: the metric values that triggered the rule (plain JSON values).
+    total: the whole that share and saving_share are fractions of, in metric units; left None,
+    the engine takes Query.denominator(metric) (the metric's profile total; for gpu_time the
+    kernels' time plus the launch-overhead idle between them).
     node: the calling-context node the finding is about (its path is reported); nodes: more nodes
     (for the GUI to highlight).
     """
@@ -26,6 +29,7 @@ class Finding:
     estimate: str
     evidence: dict[str, Any] = field(default_factory=dict)
     node: int | None = None
+    total: float | None = None
     nodes: list[int] = field(default_factory=list)
     rule: str = ""
     title: str = ""
@@ -41,6 +45,7 @@ class Finding:
             "metric": self.metric,
             "time": self.time,
             "share": self.share,
+            "total": self.total,
             "saving": self.saving,
             "saving_share": self.saving_share,
             "estimate": self.estimate,

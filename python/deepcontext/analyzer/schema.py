@@ -12,6 +12,7 @@ FINDING = {
         "metric",
         "time",
         "share",
+        "total",
         "saving",
         "saving_share",
         "estimate",
@@ -29,11 +30,17 @@ FINDING = {
             "description": "the metric time, share and saving are in (gpu_time, op_time, ...)",
         },
         "time": {**_NUM, "description": "time of the problem region, in the metric's unit (ns)"},
-        "share": {**_NUM, "description": "time / total of the metric over the profile (0..1)"},
+        "share": {**_NUM, "description": "time / total (0..1)"},
+        "total": {
+            **_NUM,
+            "description": "the whole share and saving_share are fractions of, in the metric's "
+            "unit: the metric's profile total; for gpu_time the kernels' time plus the "
+            "launch-overhead idle between them; >= time",
+        },
         "saving": {**_NUM, "description": "estimated saving, in the metric's unit"},
         "saving_share": {
             **_NUM,
-            "description": "saving / total of the metric (0..1); the ranking key",
+            "description": "saving / total (0..1), <= share; the ranking key",
         },
         "estimate": {**_STR, "description": "how the saving was estimated"},
         "suggestion": {**_STR, "description": "the code change to make"},

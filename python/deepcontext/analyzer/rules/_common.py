@@ -146,3 +146,20 @@ def enclosing_call(q: Query, node: int, from_line: bool = False) -> list[int]:
         and q.frame(c).file == f.file
         and (not from_line or q.frame(c).line >= f.line)
     ]
+
+
+MODULE_FILE = re.compile(r"torch/nn/modules/module\.py$")
+MODEL_TRANSFER_FUNCS = re.compile(
+    r"^Module\.(to|cuda|_apply|to_empty|xpu|mps|cpu|half|float|bfloat16)$"
+)
+
+
+def in_model_transfer(q: Query, node: int) -> bool:
+    """True when the node lies under `nn.Module.to()` / `.cuda()` (Module._apply): moving or
+    casting a model's parameters is one-off setup, not work of the step."""
+    for a in q.ancestors(node):
+        if q.kind[a] == "python":
+            f = q.frame(a)
+            if MODEL_TRANSFER_FUNCS.match(f.name) and MODULE_FILE.search(f.file):
+                return True
+    return False

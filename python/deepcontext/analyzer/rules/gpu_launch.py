@@ -7,39 +7,54 @@ import re
 
 from ..engine import rule
 from ..finding import Finding
-from ..query import Query
-from ._common import by_line, fmt_ns
+from ..query import IDLE_METRIC, LAUNCH_HOST_NS, Query
+from ._common import by_line, fmt_ns, in_model_transfer
 
 SMALL_KERNEL_NS = 20_000
 MIN_LAUNCHES = 100
 MIN_SHARE = 0.03
 OPTIM_FILE = re.compile(r"torch/optim/")
-# Fusion keeps the intermediates in registers: assume a quarter of the small kernels' own time
-# was memory traffic for them.
+# Fusion keeps the intermediates of an elementwise/reduction chain in registers: assume a quarter
+# of those kernels' own time was memory traffic for them. Other short kernels (sorts, gathers,
+# GEMMs) are not merged by fusing the chain around them.
 FUSED_FRACTION = 0.25
+FUSIBLE = re.compile(
+    r"elementwise|reduce_kernel|Reduce|Functor|_foreach|multi_tensor_apply|softmax|norm|"
+    r"\bfill|copy_kernel|CatArray|where|masked",
+    re.I,
+)
 
 
-@rule("small-kernels", "Many small kernels from one source line: fuse them", needs=("gpu_time",))
+@rule(
+    "small-kernels",
+    "Many small kernels from one source line: fuse them",
+    needs=("gpu_time",),
+    generic=True,
+)
 def small_kernels(q: Query):
-    kernels = q.nodes_of_kind("kernel")
-    idle_m = "gpu_idle_time" if q.has("gpu_idle_time") else None
-    sites = by_line(q, kernels)
-    total = q.total("gpu_time") + (q.total(idle_m) if idle_m else 0.0)
-    for site in sites:
-        t = sum(q.inc(n, "gpu_time") for n in site.nodes)
-        launches = sum(q.launches(n) for n in site.nodes)
+    """Short kernels leave the device idle while the host issues the next one. The idle charged
+    to a line is Query.launch_idle of its launches (measured gaps, bounded by the host issue cost
+    of each kernel): not the raw gaps, which hold first-call and setup waits and the profiler's
+    own overhead."""
+    kernels = [n for n in q.nodes_of_kind("kernel") if q.launches(n) > 0]
+    for site in by_line(q, kernels):
+        short = [n for n in site.nodes if q.inc(n, "gpu_time") / q.launches(n) <= SMALL_KERNEL_NS]
+        launches = sum(q.launches(n) for n in short)
         if launches < MIN_LAUNCHES:
             continue
+        t = sum(q.inc(n, "gpu_time") for n in short)
         mean = t / launches
-        if mean > SMALL_KERNEL_NS:
-            continue
-        line_node = q.user_line[site.nodes[0]]
-        idle = q.inc(line_node, idle_m) if idle_m and line_node >= 0 else 0.0
+        apis = {q.parent(n) for n in short if q.kind[q.parent(n)] == "gpu_api"}
+        idle = sum(q.launch_idle(a) for a in apis)
+        fusible = sum(q.inc(n, "gpu_time") for n in short if FUSIBLE.search(q.name(n)))
         region = t + idle
-        if total <= 0 or region / total < MIN_SHARE:
+        saving = idle + FUSED_FRACTION * fusible
+        total = q.denominator("gpu_time")
+        if total <= 0 or region / total < MIN_SHARE or saving / total < MIN_SHARE / 3:
             continue
-        distinct = len({q.name(n) for n in site.nodes})
-        optimizer = any(OPTIM_FILE.search(f.file) for f in q.path(site.nodes[0]))
+        line_node = q.user_line[short[0]]
+        distinct = len({q.name(n) for n in short})
+        optimizer = any(OPTIM_FILE.search(f.file) for f in q.path(short[0]))
         if optimizer:
             suggestion = (
                 "Use the fused or multi-tensor optimizer: `torch.optim.AdamW(params, fused=True)` (or "
@@ -53,28 +68,32 @@ def small_kernels(q: Query):
             )
         yield Finding(
             summary=(
-                f"{launches} launches of {distinct} kernels at {q.source_label(site.nodes[0])} average "
-                f"{fmt_ns(mean)} each"
-                + (f", with the GPU idle {fmt_ns(idle)} in between" if idle else "")
+                f"{launches} launches of {distinct} short kernels at "
+                f"{q.source_label(short[0])} average {fmt_ns(mean)} each"
+                + (f", with the GPU idle {fmt_ns(idle)} between them" if idle else "")
             ),
             suggestion=suggestion,
             metric="gpu_time",
             time=region,
-            saving=idle + FUSED_FRACTION * t,
+            saving=saving,
             estimate=(
-                "the GPU idle time attributed to this line (fewer launches keep the GPU fed) plus a "
-                "quarter of the kernels' time (intermediates stay in registers)"
+                "the launch-overhead idle between these kernels (the measured gaps, each bounded by "
+                f"the {LAUNCH_HOST_NS / 1e3:.0f} us host cost of an eager launch minus the kernel's "
+                "time), which fewer launches remove, plus a quarter of the elementwise/reduction "
+                "kernels' time (intermediates stay in registers)"
             ),
             evidence={
                 "launches": launches,
                 "distinct_kernels": distinct,
                 "kernel_time": t,
                 "mean_kernel_time": mean,
-                "gpu_idle": idle if idle_m else None,
+                "gpu_idle": idle,
+                "measured_gaps": sum(q.exc(a, IDLE_METRIC) for a in apis),
+                "fusible_kernel_time": fusible,
                 "optimizer": optimizer,
             },
-            node=line_node if line_node >= 0 else site.nodes[0],
-            nodes=site.nodes[:50],
+            node=line_node if line_node >= 0 else short[0],
+            nodes=short,
         )
 
 
@@ -97,10 +116,17 @@ def _pageable(q: Query, n: int) -> bool:
 
 @rule("pageable-memcpy", "Pageable host-to-device copies", needs=("memcpy_time",))
 def pageable_memcpy(q: Query):
-    copies = [n for n in q.nodes_of_kind("memcpy") if HTOD.search(q.name(n)) and _pageable(q, n)]
+    copies = [
+        n
+        for n in q.nodes_of_kind("memcpy")
+        if HTOD.search(q.name(n)) and _pageable(q, n) and not in_model_transfer(q, n)
+    ]
+    # Copies are device time outside gpu_time (kernels only): the whole they are a share of is
+    # the kernels' timeline plus every copy.
+    total = q.denominator("gpu_time") + q.total("memcpy_time")
     for site in by_line(q, copies):
         t = sum(q.inc(n, "memcpy_time") for n in site.nodes)
-        if q.share(t, "gpu_time") < 0.01:
+        if total <= 0 or t / total < 0.01:
             continue
         nbytes = sum(q.inc(n, "memcpy_bytes") for n in site.nodes)
         yield Finding(
@@ -114,6 +140,7 @@ def pageable_memcpy(q: Query):
             ),
             metric="gpu_time",
             time=t,
+            total=total,
             saving=0.5 * t,
             estimate="half the copy time: pinned copies run at about twice the bandwidth of pageable ones and can overlap compute",
             evidence={

@@ -9,7 +9,7 @@ import re
 from ..engine import rule
 from ..finding import Finding
 from ..query import Query
-from ._common import by_line, fmt_ns, outermost
+from ._common import by_line, fmt_ns, in_model_transfer, outermost
 
 # Operators that copy a value to the host (and so wait for the device): _local_scalar_dense is
 # behind .item(), float(t), bool(t), `if t:` and formatting a 0-d tensor.
@@ -70,6 +70,9 @@ def check(q: Query):
     if metric is None:
         return
     ops, wrappers = _classify(q)
+    # moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
+    ops = [n for n in ops if not in_model_transfer(q, n)]
+    wrappers = [n for n in wrappers if not in_model_transfer(q, n)]
     op_set = set(ops)
     for site in by_line(q, outermost(q, ops + wrappers)):
         calls = 0
@@ -90,6 +93,15 @@ def check(q: Query):
             if cost_metric:
                 cost += q.inc(n, cost_metric)
         if calls < MIN_CALLS:
+            continue
+        if (
+            gpu
+            and waits
+            and wait <= 0
+            and not any(q.kind[d] == "sync" for n in site.nodes for d in q.subtree(n))
+        ):
+            # the GPU layer saw no synchronization under these calls: `.item()` of CPU tensors
+            # (e.g. an optimizer's step counters), which do not wait for the device
             continue
         src = q.source_label(site.nodes[0])
         what = ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))

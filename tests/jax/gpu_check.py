@@ -185,6 +185,17 @@ def main() -> int:
             os.path.join(args.out, "ovh.dctx"),
             *base,
         ],
+        "deepcontext, no HLO ops": [
+            py,
+            "-m",
+            "deepcontext",
+            "run",
+            "-q",
+            "--no-jax-hlo-ops",
+            "-o",
+            os.path.join(args.out, "ovh-nohlo.dctx"),
+            *base,
+        ],
         "jax.profiler": [py, "-c", JAXPROF, *base],
     }
     times: dict[str, list] = {m: [] for m in modes}
@@ -204,11 +215,13 @@ def main() -> int:
     if "none" in best and "deepcontext" in best:
         ratio = best["deepcontext"] / best["none"]
         jp = best.get("jax.profiler")
+        nohlo = best.get("deepcontext, no HLO ops")
         check(
             "overhead mlp",
             ratio <= 1.10,
             f"{best['none']:.3f} ms/step alone, {best['deepcontext']:.3f} with deepcontext "
             f"({ratio:.2f}x)"
+            + (f", {nohlo:.3f} without NVTX/HLO ops ({nohlo / best['none']:.2f}x)" if nohlo else "")
             + (f", {jp:.3f} with jax.profiler ({jp / best['none']:.2f}x)" if jp else ""),
         )
     long_cmd = list(modes["deepcontext"])

@@ -54,7 +54,7 @@ _api = None
 _modules: dict = {}  # (module name, program id) -> ModuleInfo
 _said: set = set()
 _env_changes: dict = {}  # variable -> value we set (restored on deactivate if still ours)
-_stats = {"compiles": 0, "calls": 0, "hlo_ops": 0, "parse_errors": 0}
+_stats = {"compiles": 0, "hlo_ops": 0, "parse_errors": 0}
 _jit_symbols = None
 
 
@@ -912,6 +912,8 @@ def activate(options: dict) -> None:
     if not options.get("jax", True):
         return
     _options = dict(options)
+    _modules.clear()  # a new session starts from zero
+    _stats.update(compiles=0, hlo_ops=0, parse_errors=0)
     _prepare_gpu_environment(options)
     if "jax" in sys.modules and hasattr(sys.modules["jax"], "jit"):
         _on_jax_imported()

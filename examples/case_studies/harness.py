@@ -10,8 +10,11 @@ import time
 import torch
 
 
-def parse(description: str, steps: int) -> argparse.Namespace:
+def parse(description: str, steps: int, extra=()) -> argparse.Namespace:
+    """Common flags; extra: (flag, type, default, help) of the case's own."""
     ap = argparse.ArgumentParser(description=description)
+    for flag, typ, default, text in extra:
+        ap.add_argument(flag, type=typ, default=default, help=text)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--warmup", type=int, default=3)
@@ -20,6 +23,22 @@ def parse(description: str, steps: int) -> argparse.Namespace:
     args = ap.parse_args()
     args.small = args.small or args.device == "cpu"
     return args
+
+
+def skewed(n: int, size, s: float, device: str, seed: int = 1) -> torch.Tensor:
+    """Indices in [0, n) drawn with power-law popularity: P(rank k) ~ (k + 1) ** -s, the hot ids
+    scattered over the range. s=0 is uniform. Real categorical features (click logs) and graph
+    degrees are skewed like this, which is what makes rows repeat within a batch."""
+    g = torch.Generator().manual_seed(seed)
+    count = 1
+    for d in size if isinstance(size, tuple) else (size,):
+        count *= d
+    if s <= 0:
+        idx = torch.randint(0, n, (count,), generator=g)
+    else:
+        weights = torch.arange(1, n + 1, dtype=torch.float64).pow(-s)
+        idx = torch.randperm(n, generator=g)[torch.multinomial(weights, count, True, generator=g)]
+    return idx.view(size).to(device)
 
 
 def sync(device: str) -> None:

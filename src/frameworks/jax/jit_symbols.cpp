@@ -30,7 +30,7 @@ struct Range {
 
 std::shared_mutex g_mu;
 std::vector<Range> g_ranges;  // sorted by start, disjoint
-bool g_registered = false;  // the core names JIT frames through this table
+bool g_registered = false;    // the core names JIT frames through this table
 
 size_t symbolize(uintptr_t pc, uint32_t *frames, size_t max, void *) {
   std::shared_lock lock(g_mu);
@@ -62,8 +62,10 @@ int dctx_jax_add_jit_range(uint64_t start, uint64_t end, const uint32_t *frames,
   });
   std::unique_lock lock(g_mu);
   if (start < end && frames && count) {
-    Range r{static_cast<uintptr_t>(start), static_cast<uintptr_t>(end),
-            std::min(count, kMaxFrames), {}};
+    Range r{static_cast<uintptr_t>(start),
+            static_cast<uintptr_t>(end),
+            std::min(count, kMaxFrames),
+            {}};
     std::copy(frames, frames + r.count, r.frames);
     auto pos = std::lower_bound(g_ranges.begin(), g_ranges.end(), r.start,
                                 [](const Range &a, uintptr_t s) { return a.start < s; });

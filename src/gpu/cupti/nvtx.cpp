@@ -87,8 +87,8 @@ std::string field(std::string_view s, std::string_view key) {
     if (pos == 0 || s[pos - 1] == '#' || s[pos - 1] == ',') {
       size_t start = pos + key.size();
       size_t end = s.find_first_of(",#", start);
-      return std::string(s.substr(start, end == std::string_view::npos ? s.size() - start
-                                                                       : end - start));
+      return std::string(
+          s.substr(start, end == std::string_view::npos ? s.size() - start : end - start));
     }
     pos += key.size();
   }

@@ -54,34 +54,50 @@ class DiffResult:
         return bool(self.entries)
 
 
-def _path_table(p: Profile, metric: str) -> tuple[list[tuple], dict[tuple, list]]:
-    """Per node: an interned path key; per key: [inclusive, exclusive, first node id]."""
-    values = p._values.get(metric, {})
-    frames = p.frames
-    parent = p.node_parent
-    node_frame = p.node_frame
-    intern: dict[tuple, int] = {}
-    key_of = [0] * len(parent)
-    paths: list[tuple] = [()]
-    table: dict[int, list] = {}
-    for n in range(1, len(parent)):
-        k = (key_of[parent[n]], node_frame[n])
-        kid = intern.get(k)
-        if kid is None:
-            kid = len(paths)
-            intern[k] = kid
-            paths.append(paths[key_of[parent[n]]] + (frames[node_frame[n]],))
-        key_of[n] = kid
-        v = values.get(n)
-        if v is None:
-            continue
-        row = table.get(kid)
-        if row is None:
-            table[kid] = [v[4], v[0], n]
-        else:  # the same path twice (sibling frames not merged): add them up
-            row[0] += v[4]
-            row[1] += v[0]
-    return paths, {paths[k]: row for k, row in table.items()}
+class _Paths:
+    """Call paths of several profiles interned to small ids: a path is (parent path id, frame),
+    so matching needs no tuple of frames per node (those are built only for reported paths)."""
+
+    def __init__(self) -> None:
+        self.intern: dict[tuple[int, Frame], int] = {}
+        self.parent: list[int] = [0]
+        self.frame: list[Frame | None] = [None]
+
+    def table(self, p: Profile, metric: str) -> dict[int, list]:
+        """Per path id: [inclusive, exclusive, first node id] of `metric` in `p`."""
+        values = p._values.get(metric, {})
+        frames = p.frames
+        parent = p.node_parent
+        node_frame = p.node_frame
+        intern = self.intern
+        key_of = [0] * len(parent)
+        table: dict[int, list] = {}
+        for n in range(1, len(parent)):
+            k = (key_of[parent[n]], frames[node_frame[n]])
+            kid = intern.get(k)
+            if kid is None:
+                kid = len(self.parent)
+                intern[k] = kid
+                self.parent.append(k[0])
+                self.frame.append(k[1])
+            key_of[n] = kid
+            v = values.get(n)
+            if v is None:
+                continue
+            row = table.get(kid)
+            if row is None:
+                table[kid] = [v[4], v[0], n]
+            else:  # the same path twice (sibling frames not merged): add them up
+                row[0] += v[4]
+                row[1] += v[0]
+        return table
+
+    def path(self, kid: int) -> tuple[Frame, ...]:
+        out = []
+        while kid:
+            out.append(self.frame[kid])
+            kid = self.parent[kid]
+        return tuple(out[::-1])
 
 
 def diff_profiles(
@@ -99,11 +115,12 @@ def diff_profiles(
         known = ", ".join(sorted(set(a.metrics) | set(b.metrics))) or "none"
         raise UserError(f"unknown metric {metric!r} (these profiles have: {known})")
     unit = (a.metrics.get(metric) or b.metrics[metric]).unit
-    _, ta = _path_table(a, metric)
-    _, tb = _path_table(b, metric)
+    paths = _Paths()
+    ta = paths.table(a, metric)
+    tb = paths.table(b, metric)
     entries = []
-    for path, (ai, ae, an) in ta.items():
-        rb = tb.get(path)
+    for kid, (ai, ae, an) in ta.items():
+        rb = tb.get(kid)
         if rb is None:
             bi = be = 0.0
             bn = -1
@@ -115,11 +132,11 @@ def diff_profiles(
             continue
         if max(abs(bi - ai), abs(be - ae)) <= min_delta:
             continue
-        entries.append(DiffEntry(path, status, ai, bi, ae, be, an, bn))
-    for path, (bi, be, bn) in tb.items():
-        if path in ta or (bi == 0 and be == 0) or max(abs(bi), abs(be)) <= min_delta:
+        entries.append(DiffEntry(paths.path(kid), status, ai, bi, ae, be, an, bn))
+    for kid, (bi, be, bn) in tb.items():
+        if kid in ta or (bi == 0 and be == 0) or max(abs(bi), abs(be)) <= min_delta:
             continue
-        entries.append(DiffEntry(path, "new", 0.0, bi, 0.0, be, -1, bn))
+        entries.append(DiffEntry(paths.path(kid), "new", 0.0, bi, 0.0, be, -1, bn))
     entries.sort(key=lambda e: (-abs(e.delta_exclusive), -abs(e.delta_inclusive), len(e.path)))
     return DiffResult(
         metric,

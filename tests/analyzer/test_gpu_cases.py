@@ -84,37 +84,59 @@ def test_transformer_fusion():
     assert step_ms("transformer", "before") / step_ms("transformer", "after") > 1.3
 
 
-def test_dlrm_index_backward():
+def _check_index_backward(f, function: str) -> None:
+    assert f.location["source"]["function"] == function
+    assert f.location["operators"][0] == "aten::index"
+    ev = f.evidence
+    assert ev["backward_time"] >= ev["forward_time"] > 0
+    assert ev["sort_time"] > 0 and ev["accumulate_time"] > 0
+    # the estimate leaves the gradient's zero-fill and an atomic scatter's cost in place
+    assert f.saving < ev["backward_time"] - ev["kept_time"] + ev["launch_idle"]
+
+
+@pytest.mark.parametrize("case,function", [("dlrm_small", "DLRM.lookup"), ("gnn", "SAGE.gather")])
+def test_index_backward_agrees_with_measurement(case, function):
+    """Where index_select measured faster, index-backward is the top finding; where it did not
+    (the committed H200 runs: uniform random indices, docs/case-studies.md), the rule claims at
+    most a small saving. Either way the fixed version has no `x[idx]` left to flag."""
+    before = result(case, "before")
+    found = before.by_rule("index-backward")
+    for f in found:
+        _check_index_backward(f, function)
+    if step_ms(case, "before") / step_ms(case, "after") > 1.05:
+        assert before.findings[0].rule == "index-backward", [f.rule for f in before.findings]
+    else:
+        assert all(f.saving_share < 0.15 for f in found)
+    assert not result(case, "after").by_rule("index-backward")
+
+
+def test_dlrm_uniform_index_backward():
+    """The committed DLRM run: the backward is 3.3x the forward; the estimate (sort, accumulation
+    and their launch idle, less the scatter) tops the list but stays small, and the sort's short
+    kernels are index-backward's, not a separate fusion finding."""
     before = result("dlrm_small", "before")
     top = before.findings[0]
     assert top.rule == "index-backward"
-    assert top.location["source"]["function"] == "DLRM.lookup"
-    assert top.location["operators"][0] == "aten::index"
-    ev = top.evidence
-    assert ev["backward_time"] > 2 * ev["forward_time"] > 0
-    assert ev["sort_time"] > 0 and ev["accumulate_time"] > 0
-    # the estimate leaves the gradient's zero-fill and an atomic scatter's cost in place
-    assert top.saving < ev["backward_time"] - ev["kept_time"]
-    assert 0.02 < top.saving_share < 0.3
-    # the sort's short kernels are index-backward's, not a separate fusion finding
+    _check_index_backward(top, "DLRM.lookup")
+    assert top.evidence["backward_time"] > 2 * top.evidence["forward_time"]
+    assert 0.02 < top.saving_share < 0.15
     lookup = [
         f
         for f in before.by_rule("small-kernels")
         if f.location["source"]["function"] == "DLRM.lookup"
     ]
     assert not lookup
-    assert not result("dlrm_small", "after").by_rule("index-backward")
 
 
 def test_gnn_uniform_graph_is_not_index_bound():
-    """On the H200 the GNN case's uniform random graph (20 edges per node) gathers in a
-    backward faster than its forward: the rule stays silent, and index_select was measured no
-    faster (docs/case-studies.md). The setup's host syncs (model.to) and the optimizer's CPU
-    step counters (`.item()` without a device wait) are not reported either."""
+    """The committed GNN run (uniform random graph, 20 edges per node): the backward of `x[src]`
+    is faster than its forward gather, so index-backward stays silent. The setup's host syncs
+    (model.to) and the optimizer's CPU step counters (`.item()` without a device wait) are not
+    reported either."""
     before = result("gnn", "before")
-    assert not before.by_rule("index-backward")
     assert not before.by_rule("host-sync")
-    assert step_ms("gnn", "after") > 0.9 * step_ms("gnn", "before")
+    if step_ms("gnn", "before") / step_ms("gnn", "after") <= 1.05:
+        assert not before.by_rule("index-backward")
 
 
 def test_setup_copies_and_syncs_not_flagged():

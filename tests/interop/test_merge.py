@@ -5,7 +5,9 @@ visible, the inputs' metadata is kept."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +189,28 @@ def test_merge_errors(job_profiles, tmp_path):
     bad.write_text("x")
     r = cli("merge", job_profiles[0], bad, "-o", tmp_path / "o.dctx", check=False)
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed (go tool pprof)")
+def test_merged_profile_exports(merged, tmp_path):
+    """pprof of a merged profile: the sums and means (which add up the tree), not min, max, std
+    or imbalance (which do not) unless asked for; the sums' totals as in the merged profile."""
+    out, _ = merged
+    pb = tmp_path / "job.pb.gz"
+    cli("export", out, "--format", "pprof", "-o", pb)
+    r = subprocess.run(
+        ["go", "tool", "pprof", "-raw", str(pb)], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    types = r.stdout.split("Samples:\n", 1)[1].splitlines()[0].split()
+    names = [t.split("/")[0] for t in types]
+    assert "cpu_time" in names[0] and "cpu_time:mean" in names
+    assert not any(n.endswith((":min", ":max", ":std", ":imbalance")) for n in names)
+    r = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-unit=ns", "-sample_index=cpu_time", str(pb)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"of {round(load(out).total('cpu_time'))}ns total" in r.stdout
+    cli("export", out, "--format", "pprof", "-m", "cpu_time:imbalance", "-o", tmp_path / "i.pb.gz")

@@ -10,6 +10,16 @@ from ..errors import UserError
 FORMATS = ("hatchet", "pprof", "speedscope", "collapsed", "chrome", "csv")
 
 
+# formats whose tools add values up the tree (flat -> cumulative): by default they leave out the
+# merge statistics that do not add up (a merged profile's M:min, M:max, M:std, M:imbalance)
+SUMMED = ("pprof", "speedscope", "collapsed")
+
+
+def _not_additive(name: str, metrics) -> bool:
+    base, _, stat = name.rpartition(":")
+    return stat in ("min", "max", "std", "imbalance") and base in metrics
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "export",
@@ -29,7 +39,8 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="M",
-        help="metrics to carry (repeat or comma-separate; default: all)",
+        help="metrics to carry (repeat or comma-separate; default: all, for pprof, speedscope and "
+        "collapsed all but a merged profile's min/max/std/imbalance statistics)",
     )
     p.set_defaults(func=main)
 
@@ -50,7 +61,10 @@ def main(args) -> int:
         if not info.metrics:
             raise UserError(f"{info.path}: the profile has no metrics")
         main_metric = info.default_metric()
-        return [main_metric] + [m for m in info.metrics if m != main_metric]
+        names = [main_metric] + [m for m in info.metrics if m != main_metric]
+        if args.format in SUMMED:
+            names = [m for m in names if not _not_additive(m, info.metrics)]
+        return names
 
     tree = load_tree(args.file, choose)
     metrics = list(tree.metrics)

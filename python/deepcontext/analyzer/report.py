@@ -9,7 +9,7 @@ from .engine import Analysis
 from .rules._common import fmt_ns
 
 METRIC_WORDS = {
-    "gpu_time": "GPU time",
+    "gpu_time": "GPU timeline",  # kernel time + launch-overhead idle (Query.denominator)
     "cpu_time": "CPU time",
     "wall_time": "wall time",
     "op_time": "operator time",

@@ -31,10 +31,23 @@ std::atomic<int> g_count{-1};
 void *g_pcs[kMaxPcs];
 int g_signal = 0;
 
+// unw_step, not unw_backtrace: unw_backtrace's fast path keeps a per-thread trace cache whose
+// first use in a thread calls pthread_setspecific, which may calloc — inside a handler that
+// interrupted malloc on that thread, that corrupts the heap (seen on XLA's pool threads).
+// unw_init_local/unw_step take libunwind's global cache under a lock with signals blocked.
 void handler(int, siginfo_t *, void *) {
   int saved = errno;
   if (static_cast<pid_t>(syscall(SYS_gettid)) == g_target.load(std::memory_order_acquire)) {
-    int n = unw_backtrace(g_pcs, kMaxPcs);
+    unw_context_t uc;
+    unw_cursor_t cursor;
+    int n = 0;
+    if (unw_getcontext(&uc) == 0 && unw_init_local(&cursor, &uc) == 0) {
+      do {
+        unw_word_t ip = 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+        g_pcs[n++] = reinterpret_cast<void *>(ip);
+      } while (n < kMaxPcs && unw_step(&cursor) > 0);
+    }
     g_count.store(n, std::memory_order_release);
   }
   errno = saved;

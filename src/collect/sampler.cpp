@@ -49,6 +49,7 @@ struct NativeThread {
   uint32_t frame = 0;
   bool skip = false;  // our own threads
   bool seen = false;
+  bool fresh = false;  // found by the last scan
 };
 
 struct State {
@@ -62,6 +63,7 @@ struct State {
   std::unordered_map<pid_t, NativeThread> native_threads;
   std::vector<pid_t> python_tids;  // kernel ids of the threads sampled through their tstate
   pid_t self_tid = 0;
+  int scan_countdown = 0;  // ticks until /proc/self/task is read again
   std::string process_comm;
   bool counters_ok = true;
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr;
@@ -195,39 +197,71 @@ std::string read_comm(pid_t tid) {
 // (a layer pushed operators there), else under the worker context a layer set around a call that
 // fans out to them, else under the root; below a thread frame named by the thread's comm. Runs
 // without the GIL. 3.10 keeps no kernel id in the tstate, so this needs 3.11+.
-void tick_native(State &s) {
-#if PY_VERSION_HEX >= 0x030B0000
+// Looks for threads that appeared (every tenth tick: /proc costs more than reading clocks).
+void scan_tasks(State &s) {
   DIR *dir = opendir("/proc/self/task");
   if (!dir) return;
-  std::sort(s.python_tids.begin(), s.python_tids.end());
   for (auto &[tid, t] : s.native_threads) t.seen = false;
   while (dirent *e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     auto tid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
-    if (tid == s.self_tid || std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid))
-      continue;
+    if (tid == s.self_tid) continue;
     auto [it, fresh] = s.native_threads.try_emplace(tid);
     NativeThread &t = it->second;
     t.seen = true;
-    if (fresh) {
-      // The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
-      // clock_gettime accepts for any thread of this process.
-      t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
-      t.last_cpu = now_ns(t.clock);
-      std::string comm = read_comm(tid);
-      t.skip = comm.rfind("dctx-", 0) == 0;
-      if (tid == getpid()) {
-        comm = "MainThread";
-      } else if (comm.empty() || comm == s.process_comm) {
-        comm = "native thread";
-      }
-      t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
+    if (!fresh) continue;
+    // The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
+    // clock_gettime accepts for any thread of this process.
+    t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+    t.last_cpu = now_ns(t.clock);
+    t.fresh = true;
+    std::string comm = read_comm(tid);
+    t.skip = comm.rfind("dctx-", 0) == 0;
+    if (tid == getpid()) {
+      comm = "MainThread";
+    } else if (comm.empty() || comm == s.process_comm) {
+      comm = "native thread";
+    }
+    t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
+  }
+  closedir(dir);
+  for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
+    it = it->second.seen ? std::next(it) : s.native_threads.erase(it);
+  }
+}
+
+// Threads without Python: CPU time by their kernel clock, placed under their own context stack
+// (a layer pushed operators there), else under the worker context a layer set around a call that
+// fans out to them, else under the root; below a thread frame named by the thread's comm. Runs
+// without the GIL. 3.10 keeps no kernel id in the tstate, so this needs 3.11+.
+void tick_native(State &s) {
+#if PY_VERSION_HEX >= 0x030B0000
+  if (s.scan_countdown == 0) {
+    scan_tasks(s);
+    s.scan_countdown = 10;
+  }
+  --s.scan_countdown;
+  std::sort(s.python_tids.begin(), s.python_tids.end());
+  for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
+    const pid_t tid = it->first;
+    NativeThread &t = it->second;
+    if (t.fresh) {  // its clock was read when found: the next tick measures
+      t.fresh = false;
+      ++it;
       continue;
     }
-    if (t.skip) continue;
+    if (t.skip || std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid)) {
+      ++it;
+      continue;
+    }
     uint64_t cpu = now_ns(t.clock);
+    if (cpu == 0) {  // the thread has exited
+      it = s.native_threads.erase(it);
+      continue;
+    }
     uint64_t delta = cpu > t.last_cpu ? cpu - t.last_cpu : 0;
     t.last_cpu = cpu;
+    ++it;
     if (delta == 0) continue;
     uint64_t top = 0;
     with_thread_context_tid(tid, [&](ThreadContext *c) { top = c ? c->top.load() : 0; });
@@ -238,17 +272,16 @@ void tick_native(State &s) {
       uint64_t w = g_worker_context.load(std::memory_order_acquire);
       node = tree().child(w ? static_cast<dctx_node>(w - 1) : 0, t.frame);
     }
-    if (s.opts.native) {
+    // Native frames of these threads only in a native executable: in a Python process their
+    // pools (XLA's JIT code) aborted under the unwinding signal (heap corruption), and the
+    // worker context already says which Python line and operator they work for.
+    if (s.opts.native && !python_present()) {
       uintptr_t pcs[256];
       size_t np = native_unwind_thread(tid, pcs, 256);
       for (size_t i = np; i-- > 0;) node = tree().child(node, symbolize(pcs[i]).frame_id);
     }
     tree().add(node, s.m_cpu, double(delta));
     tree().add(node, s.m_samples, 1);
-  }
-  closedir(dir);
-  for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
-    it = it->second.seen ? std::next(it) : s.native_threads.erase(it);
   }
 #else
   (void)s;

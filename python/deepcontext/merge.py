@@ -632,63 +632,74 @@ def input_label(inp: dict) -> str:
     return os.path.basename(inp["path"])
 
 
-def _merge_chunk(w: int, paths: list[str], queue) -> None:
-    """In a forked worker: merge `paths` in order, report each, send the Merger back."""
+CHUNKS_PER_JOB = 3  # shares of the inputs per worker: enough to balance uneven progress
+
+
+def _merge_chunks(chunks: list[list[str]], tasks, queue) -> None:
+    """In a forked worker: take share indices from `tasks` until None; merge each share's
+    inputs in order, report each input, send the share's Merger back."""
+    i = -1
     try:
-        m = Merger()
-        for p in paths:
-            m.add(read_input(p))
-            queue.put(("done", w, p))
-        queue.put(("result", w, m.compact()))
+        while (i := tasks.get()) is not None:
+            m = Merger()
+            for p in chunks[i]:
+                m.add(read_input(p))
+                queue.put(("done", i, p))
+            queue.put(("result", i, m.compact()))
     except BaseException as e:  # noqa: BLE001 (re-raised in the main process)
-        queue.put(("error", w, e if isinstance(e, Exception) else RuntimeError(repr(e))))
+        queue.put(("error", i, e if isinstance(e, Exception) else RuntimeError(repr(e))))
 
 
 def _merge_in_workers(inputs: list[str], jobs: int, progress) -> Merger:
-    """Each worker merges a contiguous share of the inputs; this process then absorbs the
-    workers' Mergers in input order, which gives the same result as adding the inputs one by one
-    (the statistics are sums, minima and maxima), while the per-input work runs in parallel and
-    only one Merger per worker is sent back."""
+    """The inputs are cut into contiguous shares that `jobs` workers take one at a time and merge;
+    this process absorbs the shares' Mergers in input order as they arrive, which gives the same
+    result as adding the inputs one by one (the statistics are sums, minima and maxima), while
+    the per-input work runs in parallel and one Merger per share is sent back."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
+    tasks = ctx.Queue()
     total = len(inputs)
-    bounds = [total * w // jobs for w in range(jobs + 1)]
-    chunks = [inputs[bounds[w] : bounds[w + 1]] for w in range(jobs)]
+    shares = min(total, jobs * CHUNKS_PER_JOB)
+    bounds = [total * k // shares for k in range(shares + 1)]
+    chunks = [inputs[bounds[k] : bounds[k + 1]] for k in range(shares)]
+    for k in range(shares):
+        tasks.put(k)
+    for _ in range(jobs):
+        tasks.put(None)
     procs = [
-        ctx.Process(target=_merge_chunk, args=(w, c, queue), daemon=True)
-        for w, c in enumerate(chunks)
+        ctx.Process(target=_merge_chunks, args=(chunks, tasks, queue), daemon=True)
+        for _ in range(jobs)
     ]
     for proc in procs:
         proc.start()
-    results: dict[int, Merger] = {}
+    merger = Merger()
+    pending: dict[int, Merger] = {}
+    absorbed = 0
     done = 0
     try:
-        while len(results) < jobs:
+        while absorbed < shares:
             try:
                 msg = queue.get(timeout=1.0)
             except Empty:
-                for w, proc in enumerate(procs):
-                    if w not in results and not proc.is_alive() and queue.empty():
-                        raise RuntimeError(
-                            f"merge: a reader process died (exit code {proc.exitcode})"
-                        ) from None
+                if any(not proc.is_alive() and proc.exitcode != 0 for proc in procs):
+                    raise RuntimeError("merge: a reader process died") from None
                 continue
             if msg[0] == "done":
                 done += 1
                 if progress:
                     progress(done, total, msg[2])
             elif msg[0] == "result":
-                results[msg[1]] = msg[2]
+                pending[msg[1]] = msg[2]
+                while absorbed in pending:
+                    merger.absorb(pending.pop(absorbed))
+                    absorbed += 1
             else:
                 raise msg[2]
     finally:
         for proc in procs:
-            if proc.is_alive() and len(results) < jobs:
+            if proc.is_alive() and absorbed < shares:
                 proc.terminate()
             proc.join()
-    merger = Merger()
-    for w in range(jobs):
-        merger.absorb(results.pop(w))
     return merger
 
 

@@ -218,10 +218,15 @@ def analyze(
             found.append((r, f))
         analysis.rules_run.append(r.id)
     specific_nodes = {f.node for r, f in found if not r.generic and f.node is not None}
-    covered = set(specific_nodes)
-    for r, f in found:
-        if not r.generic:
-            covered.update(f.nodes)
+    # the operators/kernels specific findings are about (not their anchors, which may be a
+    # source line or loop high above everything)
+    covered = {
+        n
+        for r, f in found
+        if not r.generic
+        for n in f.nodes
+        if q.kind[n] not in ("python", "thread", "module", "root")
+    }
     out = []
     for r, f in found:
         if r.generic and (f.node in specific_nodes or _mostly_covered(q, f, covered)):

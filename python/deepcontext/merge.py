@@ -154,15 +154,16 @@ def _read(con: sqlite3.Connection, path: str) -> Input:
     if len(node) and (node.min() < 0 or node.max() >= n):
         raise ProfileError(f"{path}: corrupt profile (metric value for an unknown node)")
     rows = {}
-    inclusive = {}
+    # inclusive values of all metrics at once: (node, metric) columns summed up level by level
+    inc = np.zeros((n, max(len(metrics), 1)))
     for mid, k in mlocal.items():
         sel = metric == mid
         rows[k] = (node[sel], s[sel], count[sel], mn[sel], mx[sel])
-        inc = np.bincount(node[sel], weights=s[sel], minlength=n)
-        for d in range(int(depth_a.max()), 0, -1):
-            lvl = order[bounds[d] : bounds[d + 1]]
-            np.add.at(inc, parent[lvl], inc[lvl])
-        inclusive[k] = inc
+        inc[:, k] = np.bincount(node[sel], weights=s[sel], minlength=n)
+    for d in range(int(depth_a.max()), 0, -1):
+        lvl = order[bounds[d] : bounds[d + 1]]
+        np.add.at(inc, parent[lvl], inc[lvl])
+    inclusive = {k: inc[:, k].copy() for k in mlocal.values()}
     props = con.execute("SELECT node, key, value FROM node_props").fetchall()
     return Input(path, meta, frames, parent, frame, h, metrics, rows, inclusive, props)
 

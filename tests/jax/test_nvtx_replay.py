@@ -66,7 +66,16 @@ add = api.lib.dctx_add
 add.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_double]
 m = metric(b"replayed_launches", b"count", b"launches replayed in the NVTX test")
 
-TSL, OTHER = 0x1000, 0x2000
+# On a GPU machine XLA has created its real TSL domain by now (the layer takes the first one it
+# sees as XLA's): replay in that one, else in a made-up one.
+get_domain = getattr(lib, "dctx_cupti_nvtx_replay_domain", None)
+if get_domain is not None:
+    get_domain.restype = ctypes.c_uint64
+TSL = (get_domain() if get_domain is not None else 0) or 0x1000
+OTHER = TSL + 0x1000
+replay_launch = getattr(lib, "dctx_cupti_nvtx_replay_launch", None)
+if replay_launch is not None:
+    replay_launch.restype = ctypes.c_uint32
 dot = [k for k, v in info.ops.items() if "layer0" in v[0] and v[2]]
 assert dot, info.ops
 op = sorted(dot)[0]
@@ -79,6 +88,23 @@ def launch(tag):
     node = lib.dctx_cupti_nvtx_replay_context(core.current())
     add(node, m, 1.0)
     api.set_prop(node, "tag", tag)
+
+def module_run(tag, inner=None):
+    # As XLA runs a module: module range, thunk range, launch. The tracer's per-launch function
+    # (replay_launch) must give the node that the call path at the launch line gives.
+    lib.dctx_cupti_nvtx_replay_push(TSL, 11)
+    lib.dctx_cupti_nvtx_replay_push(TSL, 12)
+    node, ref = replay_launch(), lib.dctx_cupti_nvtx_replay_context(core.current())
+    assert node == ref, (tag, node, ref)
+    if inner:  # Python run inside the range (a host callback) that runs a module itself
+        inner()
+        again, ref = replay_launch(), lib.dctx_cupti_nvtx_replay_context(core.current())
+        assert again == ref, (tag, again, ref)
+    lib.dctx_cupti_nvtx_replay_pop(TSL)
+    lib.dctx_cupti_nvtx_replay_pop(TSL)
+    add(node, m, 1.0)
+    api.set_prop(node, "tag", tag)
+    return node
 
 launch("outside")  # no range open: the Python line
 lib.dctx_cupti_nvtx_replay_push(TSL, 11)
@@ -94,6 +120,13 @@ launch("no table")
 lib.dctx_cupti_nvtx_replay_pop(TSL)
 lib.dctx_cupti_nvtx_replay_pop(TSL)
 launch("after")
+if replay_launch is not None:
+    # The call path is taken once per module range: a later range from another line goes there.
+    a = module_run("run a")  # run a line
+    b = module_run("run b")  # run b line
+    inner = []
+    c = module_run("run c", lambda: inner.append(module_run("inner")))  # run c line
+    assert len({a, b, c, inner[0]}) == 4, (a, b, c, inner)
 print("OP", op, info.ops[op])
 deepcontext.stop()
 """
@@ -133,3 +166,10 @@ def test_thunk_ranges_become_op_path_and_hlo_op_with_source(tmp_path):
     assert fallback[-1].kind == "hlo_op" and fallback[-1].name == "fusion.999"
     assert fallback[-1].line == 0
     assert [f.name for f in fallback if f.kind == "jax_op"] == ["jit(step)", "layer9", "unknown_op"]
+    if "run a" in by_tag:  # a layer with the tracer's launch entry point
+        for tag in ("run a", "run b", "run c"):
+            (node,) = by_tag[tag]
+            path = node.path()
+            assert path[-1].kind == "hlo_op" and path[-1].line == model_line, tag
+            assert any(f.kind == "python" and f.line == line_of(prog, f"# {tag} line") for f in path)
+        assert by_tag["run a"][0].id != by_tag["run b"][0].id

@@ -1,10 +1,12 @@
 // XLA's NVTX thunk ranges -> calling context of the kernels launched inside them (see nvtx.h).
 #include "nvtx.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -59,26 +61,147 @@ struct StringInfo {
   std::string b;  // module: program_id; thunk: op_name (name=)
 };
 
+uint64_t mix(uint64_t x) {  // all input bits reach the high bits (handles are aligned pointers)
+  x ^= x >> 31;
+  x *= 0x9E3779B97F4A7C15ull;
+  return x ^ (x >> 29);
+}
+
+// Registered strings, read without a lock: an open-addressing table handle -> StringInfo that
+// registrations (rare: once per string, at compile time) fill under g_mu. A full table is copied
+// into one twice the size and published; old tables and the StringInfos stay until exit (they
+// are small: a few thousand strings), so a reader never sees freed memory.
+struct StringTable {
+  explicit StringTable(size_t capacity)
+      : mask(capacity - 1),
+        keys(new std::atomic<uint64_t>[capacity]),
+        values(new std::atomic<const StringInfo *>[capacity]) {
+    for (size_t i = 0; i < capacity; ++i) {
+      keys[i].store(0, std::memory_order_relaxed);
+      values[i].store(nullptr, std::memory_order_relaxed);
+    }
+  }
+  const StringInfo *find(uint64_t handle) const {
+    for (size_t i = mix(handle) & mask;; i = (i + 1) & mask) {
+      const uint64_t k = keys[i].load(std::memory_order_acquire);
+      if (k == handle) return values[i].load(std::memory_order_acquire);
+      if (k == 0) return nullptr;
+    }
+  }
+  void put(uint64_t handle, const StringInfo *info) {  // under g_mu
+    for (size_t i = mix(handle) & mask;; i = (i + 1) & mask) {
+      const uint64_t k = keys[i].load(std::memory_order_relaxed);
+      if (k == handle || k == 0) {
+        values[i].store(info, std::memory_order_release);
+        if (k == 0) {
+          keys[i].store(handle, std::memory_order_release);
+          ++used;
+        }
+        return;
+      }
+    }
+  }
+  const size_t mask;
+  size_t used = 0;
+  std::unique_ptr<std::atomic<uint64_t>[]> keys;
+  std::unique_ptr<std::atomic<const StringInfo *>[]> values;
+};
+
 std::atomic<uint64_t> g_xla_domain{0};
-std::shared_mutex g_mu;
-std::unordered_map<uint64_t, StringInfo> g_strings;
+std::mutex g_mu;  // registrations and module tables (writers; the hot paths take no lock)
+std::atomic<const StringTable *> g_table{nullptr};
+std::vector<std::unique_ptr<StringTable>> g_tables;     // every table published (kept)
+std::vector<std::unique_ptr<StringInfo>> g_infos;       // every string parsed (kept)
 std::unordered_map<std::string, std::vector<uint32_t>> g_chains;  // module\x1fpid\x1fop
 std::atomic<uint64_t> g_generation{1};
 std::atomic<uint64_t> g_pushes{0}, g_strings_n{0}, g_launches{0}, g_in_thunk{0}, g_sourced{0};
 
+const StringInfo *find_string(uint64_t handle) {
+  const StringTable *t = g_table.load(std::memory_order_acquire);
+  return t && handle ? t->find(handle) : nullptr;
+}
+
 constexpr uint32_t kDepth = 64;
-constexpr uint32_t kCache = 64;
+struct Range {
+  uint64_t handle, serial;  // serial: this thread's push count when it was pushed
+};
+// Launch-side nodes of one thread: open addressing (context, thunk handle) -> node, allocated on
+// the thread's first launch inside a thunk and grown when half full; cleared when the module
+// tables or the session change (generation).
 struct Slot {
-  uint64_t handle, generation;
+  uint64_t handle;
   dctx_node context, node;
 };
-// Zero-initialised plain data: thread_local access needs no guard on the launch path.
+struct NodeCache {
+  uint64_t generation = 0;
+  size_t mask = 0, used = 0;
+  std::vector<Slot> slots;
+};
+// Zero-initialised plain data: thread_local access needs no guard on the hot paths.
 struct NvtxThread {
   uint32_t depth;
-  uint64_t stack[kDepth];
-  Slot cache[kCache];
+  uint64_t serial;
+  Range stack[kDepth];
+  // The launching thread's own context (call path), taken at the first launch inside an XLA
+  // module range and kept while that range stays open (the thread runs XLA's C++ meanwhile,
+  // so its Python call path cannot change): a module run's launches walk the Python stack once.
+  uint64_t ctx_generation, ctx_serial;
+  uint32_t ctx_index;
+  dctx_node ctx;
+  NodeCache *cache;
 };
 thread_local NvtxThread t_nvtx;
+
+pthread_key_t g_cache_key;
+void free_cache(void *p) { delete static_cast<NodeCache *>(p); }
+NodeCache &thread_cache(NvtxThread &t) {
+  if (!t.cache) {
+    static const bool key = pthread_key_create(&g_cache_key, free_cache) == 0;
+    t.cache = new NodeCache();
+    if (key) pthread_setspecific(g_cache_key, t.cache);  // freed when the thread exits
+  }
+  return *t.cache;
+}
+
+void cache_reset(NodeCache &c, size_t capacity, uint64_t generation) {
+  c.slots.assign(capacity, Slot{0, 0, 0});
+  c.mask = capacity - 1;
+  c.used = 0;
+  c.generation = generation;
+}
+
+dctx_node *cache_find(NodeCache &c, uint64_t handle, dctx_node context) {
+  for (size_t i = mix(handle ^ (uint64_t(context) << 40)) & c.mask;; i = (i + 1) & c.mask) {
+    Slot &s = c.slots[i];
+    if (s.handle == handle && s.context == context) return &s.node;
+    if (s.handle == 0) return nullptr;
+  }
+}
+
+void cache_put(NodeCache &c, uint64_t handle, dctx_node context, dctx_node node) {
+  if ((c.used + 1) * 2 > c.slots.size()) {
+    if (c.slots.size() >= (size_t{1} << 16)) {
+      cache_reset(c, c.slots.size(), c.generation);  // bound: start over
+    } else {
+      std::vector<Slot> old = std::move(c.slots);
+      cache_reset(c, old.size() * 2, c.generation);
+      for (const Slot &s : old)
+        if (s.handle) cache_put(c, s.handle, s.context, s.node);
+    }
+  }
+  for (size_t i = mix(handle ^ (uint64_t(context) << 40)) & c.mask;; i = (i + 1) & c.mask) {
+    Slot &s = c.slots[i];
+    if (s.handle == 0) {
+      s = Slot{handle, context, node};
+      ++c.used;
+      return;
+    }
+    if (s.handle == handle && s.context == context) {
+      s.node = node;
+      return;
+    }
+  }
+}
 
 std::string field(std::string_view s, std::string_view key) {
   // key=value up to the next ',' or '#'; key must start the string or follow '#' or ','.
@@ -152,35 +275,62 @@ std::vector<uint32_t> fallback_chain(const StringInfo &thunk, const std::string 
   return out;
 }
 
+// The innermost open XlaModule range below the top one, or -1.
+int module_index(const NvtxThread &t, uint32_t d) {
+  for (uint32_t i = d - 1; i-- > 0;) {
+    const StringInfo *m = find_string(t.stack[i].handle);
+    if (m && m->kind == Kind::Module) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A cache miss: the node of the thunk on top of the stack below context (context itself when
+// the top range is no thunk).
 dctx_node resolve(const NvtxThread &t, dctx_node context) {
   const uint32_t d = t.depth < kDepth ? t.depth : kDepth;
+  const StringInfo *top = find_string(t.stack[d - 1].handle);
+  if (!top || top->kind != Kind::Thunk) return context;
+  static const std::string none;
+  const int m = module_index(t, d);
+  const StringInfo *mod = m >= 0 ? find_string(t.stack[m].handle) : nullptr;
+  const std::string &module = mod ? mod->a : none, &pid = mod ? mod->b : none;
   std::vector<uint32_t> chain;
   {
-    std::shared_lock lock(g_mu);
-    auto top = g_strings.find(t.stack[d - 1]);
-    if (top == g_strings.end() || top->second.kind != Kind::Thunk) return context;
-    std::string module, pid;
-    for (uint32_t i = d - 1; i-- > 0;) {
-      auto m = g_strings.find(t.stack[i]);
-      if (m != g_strings.end() && m->second.kind == Kind::Module) {
-        module = m->second.a;
-        pid = m->second.b;
-        break;
-      }
-    }
-    const std::string &op = top->second.a;
-    auto c = g_chains.find(chain_key(module, pid, op));
-    if (c == g_chains.end()) c = g_chains.find(chain_key(module, "", op));
+    std::lock_guard lock(g_mu);
+    auto c = g_chains.find(chain_key(module, pid, top->a));
+    if (c == g_chains.end()) c = g_chains.find(chain_key(module, "", top->a));
     if (c != g_chains.end()) {
       chain = c->second;
       g_sourced.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      chain = fallback_chain(top->second, module);
     }
   }
+  if (chain.empty()) chain = fallback_chain(*top, module);
   dctx_node node = context;
   for (uint32_t f : chain) node = dctx_child(node, f);
   return node;
+}
+
+// The node for a launch inside the thunk on top of this thread's stack, below context.
+dctx_node thunk_node(NvtxThread &t, dctx_node context, uint64_t generation) {
+  const uint64_t top = t.stack[(t.depth < kDepth ? t.depth : kDepth) - 1].handle;
+  if (top == 0) return context;
+  NodeCache &c = thread_cache(t);
+  if (c.generation != generation || c.slots.empty()) cache_reset(c, 256, generation);
+  if (dctx_node *hit = cache_find(c, top, context)) {
+    if (*hit != context) g_in_thunk.fetch_add(1, std::memory_order_relaxed);
+    return *hit;
+  }
+  const dctx_node node = resolve(t, context);
+  if (node != context) g_in_thunk.fetch_add(1, std::memory_order_relaxed);
+  cache_put(c, top, context, node);
+  return node;
+}
+
+// The launching thread's call path (a worker context when it runs no Python, e.g. a per-device
+// thread of a multi-device jitted call).
+dctx_node own_context() {
+  dctx_node context = dctx_current();
+  return context != 0 ? context : dctx_worker_context();
 }
 
 }  // namespace
@@ -193,15 +343,30 @@ void nvtx_register_string(uint64_t domain, uint64_t handle, const char *text) {
   if (info.kind == Kind::Other) return;
   uint64_t expected = 0;
   g_xla_domain.compare_exchange_strong(expected, domain);
-  std::unique_lock lock(g_mu);
-  g_strings[handle] = std::move(info);
+  std::lock_guard lock(g_mu);
+  g_infos.push_back(std::make_unique<StringInfo>(std::move(info)));
+  const StringTable *cur = g_table.load(std::memory_order_relaxed);
+  StringTable *t = cur ? g_tables.back().get() : nullptr;
+  if (!t || (t->used + 1) * 2 > t->mask + 1) {
+    auto bigger = std::make_unique<StringTable>(t ? (t->mask + 1) * 2 : 4096);
+    if (t)
+      for (size_t i = 0; i <= t->mask; ++i)
+        if (uint64_t k = t->keys[i].load(std::memory_order_relaxed))
+          bigger->put(k, t->values[i].load(std::memory_order_relaxed));
+    t = bigger.get();
+    g_tables.push_back(std::move(bigger));
+    t->put(handle, g_infos.back().get());
+    g_table.store(t, std::memory_order_release);
+  } else {
+    t->put(handle, g_infos.back().get());
+  }
   g_strings_n.fetch_add(1, std::memory_order_relaxed);
 }
 
 void nvtx_push(uint64_t domain, uint64_t handle) {
   if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) return;
   NvtxThread &t = t_nvtx;
-  if (t.depth < kDepth) t.stack[t.depth] = handle;
+  if (t.depth < kDepth) t.stack[t.depth] = Range{handle, ++t.serial};
   ++t.depth;
   g_pushes.fetch_add(1, std::memory_order_relaxed);
 }
@@ -253,21 +418,43 @@ dctx_node nvtx_context(dctx_node context) {
   NvtxThread &t = t_nvtx;
   if (t.depth == 0) return context;
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t top = t.stack[(t.depth < kDepth ? t.depth : kDepth) - 1];
-  if (top == 0) return context;
-  const uint64_t gen = g_generation.load(std::memory_order_relaxed);
-  Slot &slot = t.cache[(top * 0x9E3779B97F4A7C15ull ^ context) % kCache];
-  if (slot.handle == top && slot.context == context && slot.generation == gen) {
-    g_in_thunk.fetch_add(1, std::memory_order_relaxed);
-    return slot.node;
-  }
-  const dctx_node node = resolve(t, context);
-  if (node != context) g_in_thunk.fetch_add(1, std::memory_order_relaxed);
-  slot = Slot{top, gen, context, node};
-  return node;
+  return thunk_node(t, context, g_generation.load(std::memory_order_relaxed));
 }
 
-void nvtx_reset() { t_nvtx.depth = 0; }
+dctx_node nvtx_launch_context() {
+  NvtxThread &t = t_nvtx;
+  if (t.depth == 0) return own_context();
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t gen = g_generation.load(std::memory_order_relaxed);
+  const uint32_t d = t.depth < kDepth ? t.depth : kDepth;
+  dctx_node context;
+  bool cached = t.ctx_generation == gen && t.ctx_index < d &&
+                t.stack[t.ctx_index].serial == t.ctx_serial;
+  // ... and still the innermost module range (a host callback may run a module inside another).
+  for (uint32_t i = t.ctx_index + 1; cached && i + 1 < d; ++i) {
+    const StringInfo *s = find_string(t.stack[i].handle);
+    if (s && s->kind == Kind::Module) cached = false;
+  }
+  if (cached) {
+    context = t.ctx;
+  } else {
+    context = own_context();
+    const int m = module_index(t, d);
+    if (m >= 0) {
+      t.ctx = context;
+      t.ctx_index = static_cast<uint32_t>(m);
+      t.ctx_serial = t.stack[m].serial;
+      t.ctx_generation = gen;
+    }
+  }
+  return thunk_node(t, context, gen);
+}
+
+void nvtx_reset() {
+  t_nvtx.depth = 0;
+  // Nodes of an earlier session are not this session's: every thread's cache starts over.
+  g_generation.fetch_add(1, std::memory_order_relaxed);
+}
 
 }  // namespace dctx::gpu
 
@@ -277,7 +464,7 @@ void dctx_cupti_hlo_module(const char *module, int64_t program_id, const char *r
   using namespace dctx::gpu;
   if (!module || !rows) return;
   const std::string mod = module, pid = std::to_string(program_id);
-  std::unique_lock lock(g_mu);
+  std::lock_guard lock(g_mu);
   std::string_view all(rows);
   size_t pos = 0;
   while (pos < all.size()) {
@@ -327,6 +514,13 @@ void dctx_cupti_nvtx_replay_push(uint64_t domain, uint64_t handle) {
 void dctx_cupti_nvtx_replay_pop(uint64_t domain) { dctx::gpu::nvtx_pop(domain); }
 dctx_node dctx_cupti_nvtx_replay_context(dctx_node context) {
   return dctx::gpu::nvtx_context(context);
+}
+dctx_node dctx_cupti_nvtx_replay_launch(void) { return dctx::gpu::nvtx_launch_context(); }
+void dctx_cupti_nvtx_replay_callback(uint32_t cbid, const void *nvtx_data) {
+  dctx::gpu::nvtx_callback(cbid, nvtx_data);
+}
+uint64_t dctx_cupti_nvtx_replay_domain(void) {
+  return dctx::gpu::g_xla_domain.load(std::memory_order_relaxed);
 }
 
 }  // extern "C"

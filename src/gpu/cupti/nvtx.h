@@ -3,12 +3,14 @@
  * XLA's GPU runtime wraps each module run in `XlaModule:#hlo_module=<name>,program_id=<id>#` and
  * each thunk in `Thunk:#name=<op_name>,hlo_op=<instruction>,...#`, both registered strings. With
  * CUPTI as the NVTX injection (NVTX_INJECTION64_PATH, set by deepcontext.jax_support) our
- * subscriber sees the pushes and pops. Hot path: a push stores the string handle on a per-thread
- * stack and a pop drops it (no lock, no lookup); a launch inside a thunk reads the top handle
- * and finds its node in a small per-thread cache keyed by (call-site node, handle). Only a cache
- * miss looks the thunk up: its HLO op's frame chain (op_name path -> HLO op with the model's
- * source line) comes from the module tables that jax_support registers at compile time, else
- * from the thunk string alone (op_name path -> HLO op, no source line). */
+ * subscriber sees the pushes and pops. Hot paths, no lock and no allocation: a push stores the
+ * string handle on a per-thread stack and a pop drops it; a launch inside a thunk takes the
+ * launching thread's call path once per open XlaModule range (the thread runs XLA's C++ while the
+ * range is open) and finds the thunk's node in a per-thread hash table keyed by (call-site node,
+ * handle). Registered strings are parsed once, at registration, into a table read without a lock.
+ * Only a table miss looks the thunk up: its HLO op's frame chain (op_name path -> HLO op with the
+ * model's source line) comes from the module tables that jax_support registers at compile time,
+ * else from the thunk string alone (op_name path -> HLO op, no source line). */
 #ifndef DEEPCONTEXT_GPU_CUPTI_NVTX_H
 #define DEEPCONTEXT_GPU_CUPTI_NVTX_H
 
@@ -26,6 +28,9 @@ void nvtx_callback(uint32_t cbid, const void *nvtx_data);
 /* The node a launch on this thread goes under: context itself unless an XLA thunk range is
  * open here. */
 dctx_node nvtx_context(dctx_node context);
+/* The node a kernel launched on this thread goes under: its call path (dctx_current, else the
+ * worker context), below the XLA thunk range open here; what the tracer calls per launch. */
+dctx_node nvtx_launch_context();
 /* Forget per-thread stacks of an earlier session (called at tracer start). */
 void nvtx_reset();
 
@@ -47,6 +52,11 @@ void dctx_cupti_nvtx_replay_string(uint64_t domain, uint64_t handle, const char 
 void dctx_cupti_nvtx_replay_push(uint64_t domain, uint64_t handle);
 void dctx_cupti_nvtx_replay_pop(uint64_t domain);
 dctx_node dctx_cupti_nvtx_replay_context(dctx_node context);
+/* The tracer's per-launch context (nvtx_launch_context), the CUPTI NVTX callback itself, and the
+ * domain taken as XLA's (0 before any; tests replay in it when a real one exists). */
+dctx_node dctx_cupti_nvtx_replay_launch(void);
+void dctx_cupti_nvtx_replay_callback(uint32_t cbid, const void *nvtx_data);
+uint64_t dctx_cupti_nvtx_replay_domain(void);
 }
 
 #endif

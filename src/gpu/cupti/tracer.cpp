@@ -393,12 +393,9 @@ void CUPTIAPI Tracer::on_callback(void *user, CUpti_CallbackDomain domain, CUpti
 }
 
 // The launching thread's context: its call path (a worker context when it runs no Python, e.g.
-// a per-device thread of a multi-device jitted call), below the XLA thunk range open there.
-dctx_node launch_context() {
-  dctx_node context = dctx_current();
-  if (context == 0) context = dctx_worker_context();
-  return nvtx_context(context);
-}
+// a per-device thread of a multi-device jitted call), below the XLA thunk range open there
+// (nvtx.cpp: inside an XLA module range the call path is taken once per range).
+dctx_node launch_context() { return nvtx_launch_context(); }
 
 void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const CUpti_CallbackData *data) {

@@ -141,8 +141,8 @@ extern "C" {
  *   5 one simulated step: module range, `thunks` thunk ranges with one launch each, and
  *     `extra` more push/pop pairs; ns per step
  * Returns 1 when cases 0 and 3 ran through the callback/launch entry points, 0 otherwise. */
-int nvtx_bench(const char *layer_path, uint64_t domain, uint64_t hbase,
-               uint64_t hstride, int thunks, int extra, int iters, double *out) {
+int nvtx_bench(const char *layer_path, uint64_t domain, uint64_t hbase, uint64_t hstride,
+               int thunks, int extra, int iters, double *out) {
   auto H = [&](uint64_t i) { return hbase + hstride * i; };
   void *lib = dlopen(layer_path, RTLD_NOW | RTLD_NOLOAD);
   if (!lib) lib = dlopen(layer_path, RTLD_NOW);
@@ -170,7 +170,7 @@ int nvtx_bench(const char *layer_path, uint64_t domain, uint64_t hbase,
     attrs[i] = EventAttributes{};
     attrs[i].version = 3;
     attrs[i].size = sizeof(EventAttributes);
-    attrs[i].message_type = 3;  // registered string
+    attrs[i].message_type = 3;                                // registered string
     attrs[i].message = reinterpret_cast<const void *>(H(i));  // handle of string i
     pushes[i] = PushExParams{dom, &attrs[i]};
     other_pushes[i] = PushExParams{other, &attrs[i]};

@@ -115,8 +115,14 @@ def child(args) -> int:
         rc = at_depth(
             args.depth,
             lambda: bench.nvtx_bench(
-                os.path.abspath(args.layer).encode(), domain, hbase, hstride,
-                args.thunks, args.extra, args.iters, out,
+                os.path.abspath(args.layer).encode(),
+                domain,
+                hbase,
+                hstride,
+                args.thunks,
+                args.extra,
+                args.iters,
+                out,
             ),  # fmt: skip
         )
         if rc < 0:

@@ -664,7 +664,18 @@ def _register_gpu_module(info: ModuleInfo) -> None:
     lib.dctx_cupti_hlo_module(info.name.encode(), info.program_id, rows.encode())
 
 
-_NVTX_STATS = ("pushes", "strings", "launches", "launches_in_thunk", "thunks_with_source")
+_NVTX_STATS = (
+    "pushes",
+    "strings",
+    "launches",
+    "launches_in_thunk",
+    "thunks_with_source",
+    # dctx_cupti_nvtx_counters only (older layers have the five above):
+    "thunk_lookups",  # misses of the per-thread (call path, thunk) table
+    "unregistered_pushes",  # TSL pushes whose message XLA built for that push
+    "other_domain_pushes",
+    "call_paths",  # call paths walked inside an XLA range (once per module run when all is well)
+)
 
 
 def nvtx_stats() -> dict:
@@ -673,8 +684,14 @@ def nvtx_stats() -> dict:
     if lib is None:
         return {}
     v = (ctypes.c_uint64 * len(_NVTX_STATS))()
-    lib.dctx_cupti_nvtx_stats(v)
-    return dict(zip(_NVTX_STATS, v, strict=True))
+    counters = getattr(lib, "dctx_cupti_nvtx_counters", None)
+    if counters is None:
+        lib.dctx_cupti_nvtx_stats(v)
+        return dict(zip(_NVTX_STATS[:5], v[:5], strict=True))
+    counters.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
+    counters.restype = ctypes.c_uint32
+    n = min(counters(v, len(_NVTX_STATS)), len(_NVTX_STATS))
+    return dict(zip(_NVTX_STATS[:n], v[:n], strict=True))
 
 
 # ------------------------------------------------------------------------------------------------

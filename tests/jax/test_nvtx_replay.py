@@ -171,5 +171,7 @@ def test_thunk_ranges_become_op_path_and_hlo_op_with_source(tmp_path):
             (node,) = by_tag[tag]
             path = node.path()
             assert path[-1].kind == "hlo_op" and path[-1].line == model_line, tag
-            assert any(f.kind == "python" and f.line == line_of(prog, f"# {tag} line") for f in path)
+            assert any(
+                f.kind == "python" and f.line == line_of(prog, f"# {tag} line") for f in path
+            )
         assert by_tag["run a"][0].id != by_tag["run b"][0].id

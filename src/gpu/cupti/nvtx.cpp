@@ -110,11 +110,14 @@ struct StringTable {
 std::atomic<uint64_t> g_xla_domain{0};
 std::mutex g_mu;  // registrations and module tables (writers; the hot paths take no lock)
 std::atomic<const StringTable *> g_table{nullptr};
-std::vector<std::unique_ptr<StringTable>> g_tables;     // every table published (kept)
-std::vector<std::unique_ptr<StringInfo>> g_infos;       // every string parsed (kept)
+std::vector<std::unique_ptr<StringTable>> g_tables;               // every table published (kept)
+std::vector<std::unique_ptr<StringInfo>> g_infos;                 // every string parsed (kept)
 std::unordered_map<std::string, std::vector<uint32_t>> g_chains;  // module\x1fpid\x1fop
 std::atomic<uint64_t> g_generation{1};
 std::atomic<uint64_t> g_pushes{0}, g_strings_n{0}, g_launches{0}, g_in_thunk{0}, g_sourced{0};
+// Diagnostics (dctx_cupti_nvtx_counters): table misses, TSL pushes without a registered string
+// (XLA built the message for that push), pushes in other domains, call paths taken in a range.
+std::atomic<uint64_t> g_lookups{0}, g_unregistered{0}, g_other{0}, g_paths{0};
 
 const StringInfo *find_string(uint64_t handle) {
   const StringTable *t = g_table.load(std::memory_order_acquire);
@@ -287,6 +290,7 @@ int module_index(const NvtxThread &t, uint32_t d) {
 // A cache miss: the node of the thunk on top of the stack below context (context itself when
 // the top range is no thunk).
 dctx_node resolve(const NvtxThread &t, dctx_node context) {
+  g_lookups.fetch_add(1, std::memory_order_relaxed);
   const uint32_t d = t.depth < kDepth ? t.depth : kDepth;
   const StringInfo *top = find_string(t.stack[d - 1].handle);
   if (!top || top->kind != Kind::Thunk) return context;
@@ -364,7 +368,11 @@ void nvtx_register_string(uint64_t domain, uint64_t handle, const char *text) {
 }
 
 void nvtx_push(uint64_t domain, uint64_t handle) {
-  if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) return;
+  if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) {
+    g_other.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (handle == 0) g_unregistered.fetch_add(1, std::memory_order_relaxed);
   NvtxThread &t = t_nvtx;
   if (t.depth < kDepth) t.stack[t.depth] = Range{handle, ++t.serial};
   ++t.depth;
@@ -428,8 +436,8 @@ dctx_node nvtx_launch_context() {
   const uint64_t gen = g_generation.load(std::memory_order_relaxed);
   const uint32_t d = t.depth < kDepth ? t.depth : kDepth;
   dctx_node context;
-  bool cached = t.ctx_generation == gen && t.ctx_index < d &&
-                t.stack[t.ctx_index].serial == t.ctx_serial;
+  bool cached =
+      t.ctx_generation == gen && t.ctx_index < d && t.stack[t.ctx_index].serial == t.ctx_serial;
   // ... and still the innermost module range (a host callback may run a module inside another).
   for (uint32_t i = t.ctx_index + 1; cached && i + 1 < d; ++i) {
     const StringInfo *s = find_string(t.stack[i].handle);
@@ -438,6 +446,7 @@ dctx_node nvtx_launch_context() {
   if (cached) {
     context = t.ctx;
   } else {
+    g_paths.fetch_add(1, std::memory_order_relaxed);
     context = own_context();
     const int m = module_index(t, d);
     if (m >= 0) {
@@ -503,6 +512,16 @@ void dctx_cupti_nvtx_stats(uint64_t *out) {
   out[2] = g_launches.load();
   out[3] = g_in_thunk.load();
   out[4] = g_sourced.load();
+}
+
+uint32_t dctx_cupti_nvtx_counters(uint64_t *out, uint32_t n) {
+  using namespace dctx::gpu;
+  const uint64_t v[] = {g_pushes.load(),       g_strings_n.load(), g_launches.load(),
+                        g_in_thunk.load(),     g_sourced.load(),   g_lookups.load(),
+                        g_unregistered.load(), g_other.load(),     g_paths.load()};
+  const uint32_t count = static_cast<uint32_t>(sizeof v / sizeof v[0]);
+  for (uint32_t i = 0; i < n && i < count; ++i) out[i] = v[i];
+  return count;
 }
 
 void dctx_cupti_nvtx_replay_string(uint64_t domain, uint64_t handle, const char *text) {

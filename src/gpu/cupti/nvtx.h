@@ -47,6 +47,10 @@ extern "C" {
 void dctx_cupti_hlo_module(const char *module, int64_t program_id, const char *rows);
 /* pushes, registered strings, launches, launches inside a thunk, thunks resolved with source. */
 void dctx_cupti_nvtx_stats(uint64_t *out5);
+/* The same five, then: thunk table misses (lookups of a thunk's path), TSL pushes whose message
+ * was no registered string, pushes in other domains, call paths taken inside an XLA range.
+ * Fills min(n, count) values; returns count (9). */
+uint32_t dctx_cupti_nvtx_counters(uint64_t *out, uint32_t n);
 /* Replay (tests): the same handling as the CUPTI callbacks, fed by the caller. */
 void dctx_cupti_nvtx_replay_string(uint64_t domain, uint64_t handle, const char *text);
 void dctx_cupti_nvtx_replay_push(uint64_t domain, uint64_t handle);

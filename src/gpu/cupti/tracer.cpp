@@ -308,9 +308,13 @@ int Tracer::start(const char *candidates, const char *record_path) {
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
                        CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
   // XLA's thunk ranges (nvtx.cpp); they arrive only when CUPTI is the NVTX injection.
+  // DEEPCONTEXT_CUPTI_NVTX=0 leaves them off (diagnostic: XLA and CUPTI's NVTX injection still
+  // run, our handlers do not; tests/jax/gpu_check.py measures the difference).
   nvtx_reset();
-  for (uint32_t cbid : kNvtxCallbacks)
-    api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_NVTX, cbid);
+  const char *nvtx_env = std::getenv("DEEPCONTEXT_CUPTI_NVTX");
+  if (!nvtx_env || std::strcmp(nvtx_env, "0") != 0)
+    for (uint32_t cbid : kNvtxCallbacks)
+      api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_NVTX, cbid);
 
   CUptiResult r =
       api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);

@@ -313,6 +313,12 @@ def main() -> int:
             + (f", {jp:.3f} with jax.profiler ({jp / best['none']:.2f}x)" if jp else ""),
         )
     results["breakdown"] = breakdown(args, py, base, best, results)
+    if results["breakdown"]:
+        deltas = results["breakdown"]["deltas_ms"]
+        lines.append(
+            "INFO  overhead breakdown (ms/step): "
+            + "; ".join(f"{k} {v:+.3f}" for k, v in deltas.items() if v is not None)
+        )
     long_cmd = list(modes["deepcontext"])
     long_cmd[long_cmd.index("--steps") + 1] = str(args.steps * 4)
     rc, out, _, peak_long = run_rss(long_cmd)

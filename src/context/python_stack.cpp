@@ -108,6 +108,17 @@ _ts *current_python_thread() {
   return PyGILState_GetThisThreadState();
 }
 
+// The line of the instruction at byte offset addr. Artificial instructions (the jump back at the
+// end of a loop body, where the eval loop checks for a GIL drop request and so where samples
+// land) carry no line: take the nearest earlier instruction that has one, else the def line.
+static int frame_line(PyCodeObject *code, int addr) {
+  for (int a = addr, k = 0; a >= 0 && k < 64; a -= int(sizeof(_Py_CODEUNIT)), ++k) {
+    int line = PyCode_Addr2Line(code, a);
+    if (line > 0) return line;
+  }
+  return code->co_firstlineno;
+}
+
 size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
   if (!ts) return 0;
   // Innermost-first walk into a local buffer, then reversed.
@@ -125,7 +136,7 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
     int lasti = _PyInterpreterFrame_LASTI(f);
     if (lasti < 0) continue;
     codes[n] = code;
-    lines[n++] = PyCode_Addr2Line(code, lasti * int(sizeof(_Py_CODEUNIT)));
+    lines[n++] = frame_line(code, lasti * int(sizeof(_Py_CODEUNIT)));
   }
 #elif PY_VERSION_HEX >= 0x030B0000
   _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : nullptr;
@@ -137,12 +148,12 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
     PyCodeObject *code = f->f_code;
     if (!code) continue;
     codes[n] = code;
-    lines[n++] = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT)));
+    lines[n++] = frame_line(code, _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT)));
   }
 #else
   for (PyFrameObject *f = ts->frame; f && n < kMax; f = f->f_back) {
     codes[n] = f->f_code;
-    lines[n++] = PyCode_Addr2Line(f->f_code, f->f_lasti * 2);
+    lines[n++] = frame_line(f->f_code, f->f_lasti * 2);
   }
 #endif
   size_t written = 0;

@@ -53,6 +53,12 @@ def test_cpu_shares_match_work_at_source_lines(run_program):
     # cpu_time is also the share of the whole profile: the three lines dominate it.
     assert total >= 0.85 * p.total("cpu_time")
     assert p.meta["complete"] == "1"
+    # Samples at the loop's back edge (an instruction without a line) still name a real line.
+    assert all(
+        n.frame.line > 0
+        for n in p.nodes()
+        if n.frame.kind == "python" and n.frame.file.endswith("prog.py")
+    )
 
 
 SCOPES = """

@@ -51,7 +51,8 @@ def test_keeps_exactly_the_last_steps(loops, steps):
         assert e["tid"] == int(t["meta"]["pid"])  # CPU ops run on the main thread
         start, end = bounds[e["step"]]
         assert start <= e["start_ns"] < end and e["start_ns"] <= e["end_ns"]
-        assert prof.node(e["node"]).frame.kind == "operator"
+        # the engine's evaluate_function record is placed as the forward's backward marker
+        assert prof.node(e["node"]).frame.kind in ("operator", "backward")
     names = {prof.node(e["node"]).frame.name for e in t["events"]}
     assert {"aten::addmm", "aten::relu"} <= names
     assert any(n.startswith("Optimizer.step#SGD.step") for n in names)

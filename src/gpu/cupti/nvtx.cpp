@@ -156,7 +156,10 @@ struct NvtxThread {
 thread_local NvtxThread t_nvtx;
 
 pthread_key_t g_cache_key;
-void free_cache(void *p) { delete static_cast<NodeCache *>(p); }
+void free_cache(void *p) {  // on the exiting thread: a later launch there starts a new one
+  if (t_nvtx.cache == p) t_nvtx.cache = nullptr;
+  delete static_cast<NodeCache *>(p);
+}
 NodeCache &thread_cache(NvtxThread &t) {
   if (!t.cache) {
     static const bool key = pthread_key_create(&g_cache_key, free_cache) == 0;

@@ -66,6 +66,16 @@ add = api.lib.dctx_add
 add.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_double]
 m = metric(b"replayed_launches", b"count", b"launches replayed in the NVTX test")
 
+if os.environ.get("REPLAY_XLA_DOMAIN"):
+    # As on a GPU machine: XLA's nvtxDomainCreateA("TSL") reached the CUPTI callback first.
+    class NvtxData(ctypes.Structure):
+        _fields_ = [("fn", ctypes.c_char_p), ("params", ctypes.c_void_p), ("ret", ctypes.c_void_p)]
+
+    name = ctypes.c_char_p(b"TSL")
+    domain = ctypes.c_void_p(int(os.environ["REPLAY_XLA_DOMAIN"], 16))
+    data = NvtxData(b"nvtxDomainCreateA", ctypes.addressof(name), ctypes.addressof(domain))
+    lib.dctx_cupti_nvtx_replay_callback(41, ctypes.byref(data))  # CUPTI_CBID_NVTX_nvtxDomainCreateA
+
 # On a GPU machine XLA has created its real TSL domain by now (the layer takes the first one it
 # sees as XLA's): replay in that one, else in a made-up one.
 get_domain = getattr(lib, "dctx_cupti_nvtx_replay_domain", None)
@@ -132,11 +142,19 @@ deepcontext.stop()
 """
 
 
-def test_thunk_ranges_become_op_path_and_hlo_op_with_source(tmp_path):
+@pytest.mark.parametrize("xla_domain", [None, "7f3a5c001230"], ids=["no-domain", "xla-domain"])
+def test_thunk_ranges_become_op_path_and_hlo_op_with_source(tmp_path, xla_domain):
+    """xla-domain: XLA created its TSL domain before the replay, as on a GPU machine (the replay
+    used a made-up domain there and its pushes were ignored: kernels stayed at the Python line)."""
+    if xla_domain and not hasattr(
+        __import__("ctypes").CDLL(LIB), "dctx_cupti_nvtx_replay_callback"
+    ):
+        pytest.skip("this layer has no replay callback entry point")
     prog = write_program(tmp_path, PROGRAM)
     out = tmp_path / "nvtx.dctx"
+    env = dict(os.environ, REPLAY_XLA_DOMAIN=xla_domain) if xla_domain else None
     proc = subprocess.run(
-        [sys.executable, str(prog), str(out)], capture_output=True, text=True, cwd=tmp_path
+        [sys.executable, str(prog), str(out)], capture_output=True, text=True, cwd=tmp_path, env=env
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     p = load(out)

@@ -134,6 +134,9 @@ def _load():
 
 
 def _say(message: str) -> None:
+    """One line on stderr (the same text is a note in the profile); nothing under run -q."""
+    if (_options or {}).get("quiet"):
+        return
     print(f"deepcontext: {message}", file=sys.stderr, flush=True)
 
 

@@ -122,3 +122,32 @@ def test_profile_steps_mark_the_timeline(tmp_path):
     assert steps == [4, 5], steps  # the last two complete steps of six
     scopes = con.execute("SELECT count(*) FROM timeline WHERE step IN (4, 5)").fetchone()[0]
     assert scopes >= 2
+
+
+DEEP = """
+import sys
+sys.setrecursionlimit(5000)
+def r(n):
+    if n == 0:
+        return sum(i * i for i in range(2_000_000))
+    return r(n - 1)
+r(900)
+"""
+
+
+def test_json_report_of_a_deep_recursion(run_program):
+    import json as _json
+
+    _, out = run_program(DEEP)
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "report", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-500:]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))  # the decoder recurses too
+    node, depth = _json.loads(proc.stdout)["tree"], 0
+    while node["children"]:
+        node, depth = node["children"][0], depth + 1
+    assert depth > 900

@@ -147,7 +147,13 @@ def main(args) -> int:
             doc["rows"] = _flat_json(tree, metrics, total, min_share, args.limit)
         else:
             doc["tree"] = json_tree(tree, metrics, max_depth=args.depth, min_share=min_share)
-        text = json.dumps(doc, separators=(",", ":"))
+        # json's encoder recurses once per level: deep call paths (recursion) need room
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 4 * _tree_depth(tree) + 1000))
+        try:
+            text = json.dumps(doc, separators=(",", ":"))
+        finally:
+            sys.setrecursionlimit(limit)
         lines = [text]
     else:
         lines = _header(profile, tree, metrics, units, args.view)
@@ -166,6 +172,10 @@ def main(args) -> int:
     else:
         sys.stdout.write(out)
     return 0
+
+
+def _tree_depth(tree) -> int:
+    return int(tree.depth().max()) if len(tree) else 0
 
 
 def _progress(what: str):

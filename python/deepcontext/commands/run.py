@@ -159,7 +159,7 @@ def main(args) -> int:
     options = {
         k: v
         for k, v in vars(args).items()
-        if k not in ("func", "program", "module", "output", "quiet", "command", "metrics")
+        if k not in ("func", "program", "module", "output", "command", "metrics")
     }
     if script:
         sys.argv = [script, *rest]

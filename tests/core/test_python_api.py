@@ -150,4 +150,4 @@ def test_json_report_of_a_deep_recursion(run_program):
     node, depth = _json.loads(proc.stdout)["tree"], 0
     while node["children"]:
         node, depth = node["children"][0], depth + 1
-    assert depth > 900
+    assert depth > 500  # stacks are cut at their innermost 512 Python frames

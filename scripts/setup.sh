@@ -23,6 +23,11 @@ venv=$(scripts/venv.sh)
 if [ -x scripts/build-gui.sh ]; then
   scripts/build-gui.sh >&2
 fi
+# speedscope and playwright-core for the interop tests (pinned in their lock file)
+if [ -f tests/interop/node/package-lock.json ] && [ ! -d tests/interop/node/node_modules ] &&
+  command -v npm >/dev/null 2>&1; then
+  (cd tests/interop/node && npm ci --no-audit --no-fund --loglevel=error) >&2
+fi
 
 # No build isolation: the build uses the pinned nanobind/scikit-build-core/cmake of the venv, and
 # the framework layers compile against the torch installed there.

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -124,7 +125,7 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
   // Innermost-first walk into a local buffer, then reversed.
   constexpr size_t kMax = 512;
   PyCodeObject *codes[kMax];
-  int lines[kMax];
+  int addrs[kMax];  // byte offset of the current instruction
   size_t n = 0;
 #if PY_VERSION_HEX >= 0x030D0000
   _PyInterpreterFrame *f = ts->current_frame;
@@ -136,7 +137,7 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
     int lasti = _PyInterpreterFrame_LASTI(f);
     if (lasti < 0) continue;
     codes[n] = code;
-    lines[n++] = frame_line(code, lasti * int(sizeof(_Py_CODEUNIT)));
+    addrs[n++] = lasti * int(sizeof(_Py_CODEUNIT));
   }
 #elif PY_VERSION_HEX >= 0x030B0000
   _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : nullptr;
@@ -148,22 +149,46 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
     PyCodeObject *code = f->f_code;
     if (!code) continue;
     codes[n] = code;
-    lines[n++] = frame_line(code, _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT)));
+    addrs[n++] = _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT));
   }
 #else
   for (PyFrameObject *f = ts->frame; f && n < kMax; f = f->f_back) {
     codes[n] = f->f_code;
-    lines[n++] = frame_line(f->f_code, f->f_lasti * 2);
+    addrs[n++] = f->f_lasti * 2;
   }
 #endif
+  // Hot frames hit a per-thread cache: (code, instruction) -> frame id, with no lock, no line
+  // table walk and no interning. The code's name and file objects are compared as in code_info,
+  // so a new code object at a reused address misses.
+  struct Slot {
+    PyCodeObject *code;
+    PyObject *name, *file;
+    int addr;
+    uint32_t frame;  // kHidden: a frame left out of paths
+  };
+  constexpr size_t kSlots = 4096;
+  constexpr uint32_t kHidden = UINT32_MAX;
+  thread_local std::unique_ptr<Slot[]> cache(new Slot[kSlots]());
   size_t written = 0;
-  std::lock_guard lock(g_code_mu);
+  std::unique_lock<std::mutex> lock(g_code_mu, std::defer_lock);
   for (size_t i = n; i-- > 0 && written < max;) {
-    const CodeInfo &info = code_info(codes[i]);
-    if (info.hidden) continue;
-    FrameKey k{DCTX_FRAME_PYTHON, info.name_id, info.file_id,
-               static_cast<uint32_t>(lines[i] < 0 ? 0 : lines[i]), 0};
-    out[written++] = tree().frame(k);
+    PyCodeObject *code = codes[i];
+    const auto h = ((reinterpret_cast<uintptr_t>(code) >> 4) * 0x9E3779B97F4A7C15ULL) ^
+                   static_cast<uintptr_t>(addrs[i]);
+    Slot &slot = cache[(h ^ (h >> 29)) & (kSlots - 1)];
+    if (slot.code != code || slot.addr != addrs[i] || slot.name != code->co_name ||
+        slot.file != code->co_filename) {
+      if (!lock.owns_lock()) lock.lock();
+      const CodeInfo &info = code_info(code);
+      uint32_t frame = kHidden;
+      if (!info.hidden) {
+        const int line = frame_line(code, addrs[i]);
+        frame = tree().frame(FrameKey{DCTX_FRAME_PYTHON, info.name_id, info.file_id,
+                                      static_cast<uint32_t>(line), 0});
+      }
+      slot = Slot{code, code->co_name, code->co_filename, addrs[i], frame};
+    }
+    if (slot.frame != kHidden) out[written++] = slot.frame;
   }
   return written;
 }

@@ -62,6 +62,11 @@ bool is_hidden(const std::string &file) {
   if (!g_hidden_prefix.empty() && file.compare(0, g_hidden_prefix.size(), g_hidden_prefix) == 0)
     return true;
   if (file == "<frozen runpy>") return true;
+  // the `deepcontext` console script that pip writes into the environment's bin/
+  static const std::string script = "/bin/deepcontext";
+  if (file.size() >= script.size() &&
+      file.compare(file.size() - script.size(), script.size(), script) == 0)
+    return true;
   static const std::string runpy = "runpy.py";
   return file.size() >= runpy.size() &&
          file.compare(file.size() - runpy.size(), runpy.size(), runpy) == 0 &&

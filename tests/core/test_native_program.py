@@ -62,10 +62,13 @@ def test_native_program_threads_and_functions(program, tmp_path):
         if n.frame.kind == "native" and n.frame.name in ("heavy", "light"):
             cpu[n.frame.name] = cpu.get(n.frame.name, 0) + n.exclusive("cpu_time")
     assert cpu.get("heavy", 0) > 0 and cpu.get("light", 0) > 0, cpu
-    # heavy does three times the work of light
-    assert 2.0 <= cpu["heavy"] / cpu["light"] <= 4.5, cpu
-    threads = {n.frame.name for n in p.root.children if n.frame.kind == "thread"}
+    threads = {n.frame.name: n for n in p.root.children if n.frame.kind == "thread"}
     assert "MainThread" in threads and len(threads) >= 2, threads
+    # heavy (main thread) does three times the work of light (the worker). Per thread, as a
+    # sample whose unwinding timed out on a loaded machine stays on its thread's node.
+    main_cpu = threads["MainThread"].inclusive("cpu_time")
+    worker_cpu = sum(n.inclusive("cpu_time") for k, n in threads.items() if k != "MainThread")
+    assert 2.0 <= main_cpu / worker_cpu <= 4.5, (main_cpu, worker_cpu)
     main = next(n for n in p.root.children if n.frame.name == "MainThread")
     assert any(n.frame.name == "main" for n in main.walk())
     assert not any(n.frame.name.startswith("dctx-") for n in p.root.children)

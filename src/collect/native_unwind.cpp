@@ -133,6 +133,7 @@ NativeFrame symbolize(uintptr_t pc) {
   f.interpreter = name == "_PyEval_EvalFrameDefault" || name == "_PyEval_EvalFrame";
   f.python_runtime =
       module.rfind("libpython", 0) == 0 || module.rfind("python3", 0) == 0 || module == "python";
+  f.libc = module.rfind("libc.so", 0) == 0;
   if (g_syms.size() > 500000) g_syms.clear();
   g_syms.emplace(pc, f);
   return f;

@@ -18,6 +18,7 @@ struct NativeFrame {
   uint32_t frame_id;
   bool interpreter;     // the CPython eval loop: where Python frames are spliced in
   bool python_runtime;  // inside libpython/the interpreter binary
+  bool libc;            // inside the C library (futex/condition waits, memcpy, ...)
 };
 NativeFrame symbolize(uintptr_t pc);
 

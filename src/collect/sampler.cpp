@@ -117,7 +117,18 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
   // are interpreter plumbing: drop them.
   size_t end = cut;
   while (end > 0 && symbolize(pcs[end - 1]).python_runtime && n > 0) --end;
-  for (size_t i = end; i-- > 0;) node = tree().child(node, symbolize(pcs[i]).frame_id);
+  // A thread that yielded the GIL to the sampler is, at sample time, waiting to take it back
+  // (take_gil -> pthread_cond_timedwait): that tail is the sampler's doing, not the program's.
+  // Drop the innermost C-library frames and the interpreter frames above them, so the leaf is
+  // the code that ran (numpy's function re-acquiring the GIL), or the Python line itself.
+  size_t begin = 0;
+  while (begin < cut && symbolize(pcs[begin]).libc) ++begin;
+  if (begin < cut && symbolize(pcs[begin]).python_runtime) {
+    while (begin < cut && symbolize(pcs[begin]).python_runtime) ++begin;
+  } else {
+    begin = 0;  // a libc leaf called by the program (memcpy, qsort) stays
+  }
+  for (size_t i = end; i-- > begin;) node = tree().child(node, symbolize(pcs[i]).frame_id);
   return node;
 }
 

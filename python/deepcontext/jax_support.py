@@ -28,13 +28,13 @@ hook finishes the work right after `import jax` completes. Then:
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import re
 import struct
 import sys
-import threading
+
+from .import_hook import AfterImport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CUPTI_LIBRARY = os.path.join(_PACKAGE_DIR, "libdeepcontext_cupti.so")
@@ -45,9 +45,8 @@ KIND_SCOPE = 2
 KIND_HLO_OP = 13
 KIND_JAX_OP = 14
 
-_lock = threading.Lock()
 _options: dict | None = None
-_finder = None
+_finder = AfterImport("jax", lambda: _on_jax_imported(), before=lambda: _before_jax_import())
 _installed = False
 _patches: list = []  # (object, attribute, original, replacement)
 _api = None
@@ -882,50 +881,21 @@ def _elf_symbol(path: str, wanted: bytes) -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-class _JaxImportHook:  # a meta path finder (importlib.abc costs 60 ms to import)
-    """Finds nothing itself; wraps jax's loader so that activation runs right after jax's own
-    module code has run."""
+def _before_jax_import() -> None:
+    try:  # threads that jaxlib starts while it loads work for the import's line
+        from . import _core
 
-    _busy = threading.local()
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "jax" or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            spec = importlib.util.find_spec("jax")
-        finally:
-            self._busy.on = False
-        loader = getattr(spec, "loader", None) if spec is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        def exec_module(module):
-            _remove_finder()
-            try:  # threads that jaxlib starts while it loads work for the import's line
-                from . import _core
-
-                _core.set_worker_context(_core.current())
-            except Exception:
-                pass
-            original(module)
-            _on_jax_imported()
-
-        loader.exec_module = exec_module
-        return spec
+        _core.set_worker_context(_core.current())
+    except Exception:
+        pass
 
 
 def _remove_finder() -> None:
-    global _finder
-    with _lock:
-        if _finder is not None:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
-            _finder = None
+    _finder.remove()
 
 
 def activate(options: dict) -> None:
-    global _options, _finder
+    global _options
     if not options.get("jax", True):
         return
     _options = dict(options)
@@ -935,10 +905,7 @@ def activate(options: dict) -> None:
     if "jax" in sys.modules and hasattr(sys.modules["jax"], "jit"):
         _on_jax_imported()
         return
-    with _lock:
-        if _finder is None:
-            _finder = _JaxImportHook()
-            sys.meta_path[0:0] = [_finder, _finder]
+    _finder.install()
 
 
 def _on_jax_imported() -> None:

@@ -20,27 +20,25 @@ that detection off for the rest of the session, so steps are never counted twice
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import sys
-import threading
 import weakref
 
 from .errors import UserError
+from .import_hook import AfterImport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_EVENTS = 1 << 17
 MAX_STEPS = 1 << 20  # as in src/timeline/timeline.cpp
 MAX_EVENTS = 1 << 24
 
-_lock = threading.Lock()
 _lib = None
 _on = False
 _auto = False
 _manual = False
 _owner = None  # weak reference to the optimizer whose steps are counted
 _hook_handle = None
-_finder = None
+_finder = AfterImport("torch", lambda: _after_torch_import())  # optimizer hook after `import torch`
 
 
 def _bounded(limit: int):
@@ -193,37 +191,6 @@ def _register_optimizer_hook() -> None:
     _hook_handle = register_optimizer_step_post_hook(_on_optimizer_step)
 
 
-class _TorchImported:  # a meta path finder (importlib.abc costs 60 ms to import)
-    """Finds nothing itself: wraps torch's loader so that the hook is registered right after
-    torch's module code has run."""
-
-    _busy = threading.local()
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "torch" or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            spec = importlib.util.find_spec("torch")
-        finally:
-            self._busy.on = False
-        loader = getattr(spec, "loader", None) if spec is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        def exec_module(module):
-            _remove_finder()
-            original(module)
-            try:
-                _register_optimizer_hook()
-            except Exception as exc:  # never break the program
-                _note(f"timeline: optimizer.step() detection disabled: {exc}")
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def _note(message: str) -> None:
     try:
         from . import _core
@@ -233,21 +200,20 @@ def _note(message: str) -> None:
         pass
 
 
+def _after_torch_import() -> None:
+    try:
+        _register_optimizer_hook()
+    except Exception as exc:  # never break the program
+        _note(f"timeline: optimizer.step() detection disabled: {exc}")
+
+
 def _remove_finder() -> None:
-    global _finder
-    with _lock:
-        if _finder is not None:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
-            _finder = None
+    _finder.remove()
 
 
 def _watch_torch() -> None:
-    global _finder
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "optim"):
         _register_optimizer_hook()
         return
-    with _lock:
-        if _finder is None:
-            _finder = _TorchImported()
-            sys.meta_path.insert(0, _finder)
+    _finder.install()

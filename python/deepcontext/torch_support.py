@@ -24,6 +24,8 @@ import tempfile
 import threading
 import weakref
 
+from .import_hook import AfterImport
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
 
@@ -31,9 +33,8 @@ FLAG_SHAPES = 1
 FLAG_MEMORY = 2
 FLAG_MODULES = 4
 
-_lock = threading.Lock()
 _options: dict | None = None
-_finder = None
+_finder = AfterImport("torch", lambda: _on_torch_imported())  # activation after `import torch`
 _lib = None
 _installed = False
 _hook_handles: list = []
@@ -98,45 +99,12 @@ def _flags(options: dict) -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-class _TorchImportHook:  # a meta path finder (importlib.abc costs 60 ms to import)
-    """Finds nothing itself; wraps torch's loader so that activation runs right after torch's own
-    module code has run. Stays in place until torch is really executed: other code may only probe
-    with importlib.util.find_spec("torch") (the spec it gets is thrown away)."""
-
-    _busy = threading.local()
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "torch" or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            spec = importlib.util.find_spec("torch")
-        finally:
-            self._busy.on = False
-        loader = getattr(spec, "loader", None) if spec is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        def exec_module(module):
-            _remove_finder()
-            original(module)
-            _on_torch_imported()
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def _remove_finder() -> None:
-    global _finder
-    with _lock:
-        if _finder is not None:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
-            _finder = None
+    _finder.remove()
 
 
 def activate(options: dict) -> None:
-    global _options, _finder, _fork_registered
+    global _options, _fork_registered
     from . import distributed
 
     distributed.activate(options)  # per-rank profiles, launcher children, collectives
@@ -149,12 +117,7 @@ def activate(options: dict) -> None:
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "autograd"):
         _on_torch_imported()
         return
-    with _lock:
-        if _finder is None:
-            _finder = _TorchImportHook()
-            # Twice: a finder placed before ours that removes itself from sys.meta_path inside its
-            # find_spec makes the import machinery skip the entry that follows it.
-            sys.meta_path[0:0] = [_finder, _finder]
+    _finder.install()
 
 
 def deactivate() -> None:

@@ -18,7 +18,10 @@ from ..reader import FRAME_KINDS
 from ..render import Tree, frame_label
 
 GPU_PID_BASE = 1 << 30  # GPU d is process GPU_PID_BASE + d (no real pid is that large)
-STEP_TID = 0
+# The steps' track: a thread id no OS thread has (Linux ids stay below 2**22). Not 0: Perfetto's
+# JSON importer takes tid 0 for the process's main thread, so the steps landed on the main
+# thread's track there and slices that cross a step boundary were dropped as overlapping.
+STEP_TID = 1 << 29
 _KERNEL_PROPS = ("grid", "block", "registers_per_thread", "theoretical_occupancy", "input_shapes")
 
 
@@ -50,7 +53,26 @@ def read_timeline(path: str) -> tuple[list[tuple], list[tuple]]:
 
 
 def _us(ns: int) -> float:
+    """Microseconds with three decimals: the exact nanoseconds, which Perfetto reads back."""
     return round(ns / 1000.0, 3)
+
+
+class _Track:
+    """Lanes of one track: an event goes to the first lane where it nests in the open events
+    (lane 0 unless it overlaps one without nesting). Events come by start, longest first."""
+
+    def __init__(self) -> None:
+        self.stacks: list[list[int]] = []  # per lane, the end times of its open events
+
+    def lane(self, start: int, end: int) -> int:
+        for k, stack in enumerate(self.stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                return k
+        self.stacks.append([end])
+        return len(self.stacks) - 1
 
 
 def document(tree: Tree) -> dict:
@@ -83,30 +105,47 @@ def document(tree: Tree) -> dict:
     out: list[dict] = []
     threads: set[int] = set()
     streams: set[tuple[int, int]] = set()
+    tracks: dict[tuple[int, int], _Track] = {}
     for step, kind, node, start, end, tid, device, stream in events:
         if not 0 <= node < len(parent):
             continue
         gpu = device >= 0
+        end = max(end, start)
         args = {"step": step, "node": node, "path": path(node)}
         for key in _KERNEL_PROPS:
             value = info.props.get(node, {}).get(key)
             if value is not None:
                 args[key] = value
+        p, t = (GPU_PID_BASE + device, stream) if gpu else (pid, tid)
+        lane = tracks.setdefault((p, t), _Track()).lane(start, end)
         ev = {
             "name": label(node),
             "cat": FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}",
             "ph": "X",
             "ts": _us(start - t0),
-            "dur": _us(max(end - start, 0)),
-            "pid": GPU_PID_BASE + device if gpu else pid,
-            "tid": stream if gpu else tid,
+            "dur": _us(end - start),
+            "pid": p,
+            "tid": t,
             "args": args,
         }
+        if lane:
+            ev["args"]["lane"] = lane
         if gpu:
             streams.add((device, stream))
         else:
             threads.add(tid)
-        out.append(ev)
+        out.append((ev, lane))
+    # Events that overlap an event of their track without nesting in it (Perfetto drops them)
+    # go to extra tracks of the same process, one per lane, with thread ids past STEP_TID.
+    lane_tids: dict[tuple[int, int, int], int] = {}  # (pid, tid, lane) -> its track's tid
+    next_tid: dict[int, int] = {}
+    for ev, lane in out:
+        if lane:
+            key = (ev["pid"], ev["tid"], lane)
+            if key not in lane_tids:
+                lane_tids[key] = next_tid[ev["pid"]] = next_tid.get(ev["pid"], STEP_TID) + 1
+            ev["tid"] = lane_tids[key]
+    out = [ev for ev, _ in out]
     for step, start, end in steps:
         out.append(
             {
@@ -121,7 +160,7 @@ def document(tree: Tree) -> dict:
             }
         )
     out.sort(key=lambda e: (e["ts"], -e["dur"]))
-    out[0:0] = _metadata(meta, pid, threads, streams)
+    out[0:0] = _metadata(meta, pid, threads, streams, lane_tids)
     return {
         "traceEvents": out,
         "displayTimeUnit": "ns",
@@ -136,7 +175,13 @@ def document(tree: Tree) -> dict:
     }
 
 
-def _metadata(meta: dict, pid: int, threads: set[int], streams: set[tuple[int, int]]) -> list:
+def _metadata(
+    meta: dict,
+    pid: int,
+    threads: set[int],
+    streams: set[tuple[int, int]],
+    lane_tids: dict[tuple[int, int, int], int],
+) -> list:
     def m(name: str, p: int, tid: int, value, key: str = "name") -> dict:
         return {"name": name, "ph": "M", "pid": p, "tid": tid, "args": {key: value}}
 
@@ -150,23 +195,28 @@ def _metadata(meta: dict, pid: int, threads: set[int], streams: set[tuple[int, i
         gpus = {}
     command = " ".join(json.loads(meta.get("command", "[]")) or []) if meta.get("command") else ""
     out = [
-        m("process_name", pid, 0, f"{command or 'python'} (pid {pid})"),
+        # the viewers add " (pid N)" / " N" to the name themselves
+        m("process_name", pid, 0, command or "python"),
         m("process_sort_index", pid, 0, 0, "sort_index"),
         m("thread_name", pid, STEP_TID, "steps"),
         m("thread_sort_index", pid, STEP_TID, -1, "sort_index"),
     ]
+    titles: dict[tuple[int, int], str] = {}
     for tid in sorted(threads):
         name = names.get(tid) or f"thread {tid}"
-        if tid == pid:
-            name = f"main thread ({name})"
-        out.append(m("thread_name", pid, tid, name))
+        titles[(pid, tid)] = f"main thread ({name})" if tid == pid else name
     for device in sorted({d for d, _ in streams}):
         p = GPU_PID_BASE + device
         title = f"GPU {device}" + (f" ({gpus[device]})" if gpus.get(device) else "")
         out.append(m("process_name", p, 0, title))
         out.append(m("process_sort_index", p, 0, 1 + device, "sort_index"))
     for device, stream in sorted(streams):
-        out.append(m("thread_name", GPU_PID_BASE + device, stream, f"stream {stream}"))
+        titles[(GPU_PID_BASE + device, stream)] = f"stream {stream}"
+    for (p, tid), title in titles.items():
+        out.append(m("thread_name", p, tid, title))
+    for (p, tid, lane), lane_tid in sorted(lane_tids.items()):
+        out.append(m("thread_name", p, lane_tid, f"{titles[(p, tid)]} (overlapping, {lane})"))
+    return out
     return out
 
 

@@ -12,6 +12,7 @@ steps (peak RSS and profile size should not grow with the number of steps).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -81,9 +82,10 @@ def run_one(cfg: str, steps: int, model: str, tmp: str) -> dict:
     out = os.path.join(tmp, f"{cfg}-{steps}.out")
     code = CHILD.format(examples=EXAMPLES)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in [os.path.join(ROOT, "python"), env.get("PYTHONPATH", "")] if p
-    )
+    if glob.glob(os.path.join(ROOT, "python", "deepcontext", "_core*.so")):  # a built dev tree
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [os.path.join(ROOT, "python"), env.get("PYTHONPATH", "")] if p
+        )
     env.setdefault("OMP_NUM_THREADS", "1")
     res = subprocess.run(
         [sys.executable, "-c", code, cfg, str(steps), model, out],

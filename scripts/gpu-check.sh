@@ -8,6 +8,7 @@
 # Steps: STEPS="build fixtures tests bench" (default all); BENCH_ARGS passes options to the bench.
 # STEPS="build distributed": DDP with NCCL under the profiler (examples/distributed/gpu_check.py).
 # STEPS="build timeline": the bounded timeline on a CUDA loop (tests/timeline/gpu_check.py).
+# STEPS="build jaxbench": bench/jax_overhead.py; STEPS="build torchcpu": bench/torch_cpu_overhead.py.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +25,7 @@ echo "== inventory"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 "$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
 cmake --version | head -1 || "$py" -m cmake --version | head -1
+echo "tools: $(for t in perf gdb py-spy valgrind nsys; do command -v $t >/dev/null && printf '%s ' $t; done)"
 
 if want build; then
   t0=$SECONDS
@@ -114,6 +116,26 @@ if want jax; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   row jax "$( [ "$status" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
     "$(grep -cE '^PASS ' "$out/jax.log") pass, $(grep -cE '^FAIL ' "$out/jax.log") fail (jax/jax_gpu.json)"
+fi
+
+if want jaxbench; then
+  t0=$SECONDS
+  # bench/jax_overhead.py: JAX step time vs no profiler and jax.profiler, RSS in steps; with
+  # JAXBENCH_DIAGNOSE=1 also deepcontext's own --native profile of the deepcontext run.
+  # shellcheck disable=SC2086
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout "${JAXBENCH_TIMEOUT:-300}" "$py" "$root/bench/jax_overhead.py" \
+    --json "$out/jax_overhead.json" --markdown "$out/jax_overhead.md" \
+    ${JAXBENCH_DIAGNOSE:+--diagnose "$out/jaxdiag"} ${JAXBENCH_ARGS:-} 2>&1) | tee "$out/jaxbench.log" | tail -60
+  row jaxbench "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "jax_overhead.md"
+fi
+
+if want torchcpu; then
+  t0=$SECONDS
+  # bench/torch_cpu_overhead.py on this (quieter, larger) host: the PyTorch CPU loop.
+  # shellcheck disable=SC2086
+  (cd /tmp && timeout "${TORCHCPU_TIMEOUT:-300}" "$py" "$root/bench/torch_cpu_overhead.py" \
+    --markdown "$out/torch_cpu.md" ${TORCHCPU_ARGS:-} 2>&1) | tee "$out/torchcpu.log" | tail -20
+  row torchcpu "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "torch_cpu.md"
 fi
 
 if want bench; then

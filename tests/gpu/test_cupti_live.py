@@ -141,3 +141,34 @@ def test_torch_profiler_started_under_us_leaves_the_program_unharmed(tmp_path):
     stats = json.loads(prof.meta["gpu_stats"])
     missing = stats["launches_expected"] - stats["launches_received"]
     assert missing == 0 or any("another CUPTI client" in m for m in prof.notes)
+
+
+def test_cuda_caching_allocator_bytes_and_peak_by_line(tmp_path):
+    # The CUDA caching allocator reports to our memory observer like the CPU one: a 256 MiB
+    # tensor made on one line is that line's gpu_peak_bytes; a small one elsewhere stays small.
+    prof, _ = run(
+        tmp_path,
+        """
+        import torch
+        def make():
+            big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # BIG
+            big.fill_(1)
+            return int(big[0])
+        for _ in range(3):
+            make()
+        small = torch.ones(16, device="cuda")  # SMALL
+        torch.cuda.synchronize()
+        """,
+    )
+    src = (tmp_path / "prog.py").read_text().splitlines()
+    big_line = next(i for i, s in enumerate(src, 1) if "# BIG" in s)
+    small_line = next(i for i, s in enumerate(src, 1) if "# SMALL" in s)
+    big = list(prof.find(file="prog.py", kind="python", line=big_line))
+    assert big
+    assert max(n.inclusive("gpu_peak_bytes") for n in big) >= 256 << 20
+    assert sum(n.inclusive("gpu_alloc_bytes") for n in big) >= 3 * (256 << 20)
+    assert sum(n.inclusive("gpu_alloc_count") for n in big) >= 3
+    small = list(prof.find(file="prog.py", kind="python", line=small_line))
+    assert small and max(n.inclusive("gpu_peak_bytes") for n in small) < 1 << 20
+    # CPU allocator metrics stay apart from the GPU ones
+    assert max(n.inclusive("peak_bytes") for n in big) < 256 << 20

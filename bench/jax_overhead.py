@@ -1,0 +1,163 @@
+"""Overhead of DeepContext on a JAX training loop, side by side with jax.profiler, in one run.
+
+    python bench/jax_overhead.py [--models mlp,transformer] [--steps 200] [--repeat 3]
+                                 [--markdown OUT] [--json OUT] [--diagnose DIR]
+
+Every configuration runs examples/jax/train.py (a jitted training step; the time per step after
+warm-up) in a fresh interpreter, `--repeat` times, interleaved: no profiler, `deepcontext run`,
+`deepcontext run --no-jax-hlo-ops` (no NVTX thunk ranges: kernels under the jitted call site
+only), and jax.profiler (start_trace/stop_trace around the script). The table shows the best time
+per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
+with --long-factor times the steps (peak RSS should not grow with the number of steps).
+`--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
+the native frames where the launching thread spends its time (DIR/diagnose.dctx).
+Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TRAIN = os.path.join(ROOT, "examples", "jax", "train.py")
+
+# jax.profiler around the unchanged script (its trace goes to a temporary directory).
+JAXPROF = """
+import os, runpy, sys, tempfile, jax
+d = tempfile.mkdtemp(prefix="jaxprof-")
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+jax.profiler.start_trace(d)
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    jax.profiler.stop_trace()
+"""
+
+CONFIGS = ["none", "deepcontext", "deepcontext --no-jax-hlo-ops", "jax.profiler"]
+STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
+
+
+def command(cfg: str, py: str, train_args: list[str], out: str) -> list[str]:
+    if cfg == "none":
+        return [py, TRAIN, *train_args]
+    if cfg == "jax.profiler":
+        return [py, "-c", JAXPROF, TRAIN, *train_args]
+    extra = cfg.split()[1:]
+    return [py, "-m", "deepcontext", "run", "-q", *extra, "-o", out, TRAIN, *train_args]
+
+
+def run_one(cmd: list[str]) -> dict:
+    """ms per step and peak RSS (MiB) of one process."""
+    env = dict(os.environ)
+    if glob.glob(os.path.join(ROOT, "python", "deepcontext", "_core*.so")):  # a built dev tree
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [os.path.join(ROOT, "python"), env.get("PYTHONPATH", "")] if p
+        )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    out = proc.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    m = STEPS_RE.search(out)
+    if os.waitstatus_to_exitcode(status) != 0 or not m:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{out[-2000:]}")
+    return {
+        "ms_per_step": float(m.group(2)) / int(m.group(1)) * 1e3,
+        "rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def diagnose(py: str, train_args: list[str], out_dir: str) -> None:
+    """Where the time goes under deepcontext: its own --native profile, flat by native frame."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "diagnose.dctx")
+    cmd = [py, "-m", "deepcontext", "run", "-q", "--native", "--interval", "1", "-o", path]
+    run_one([*cmd, TRAIN, *train_args])
+    for view in ("flat", "bottom-up"):
+        rep = subprocess.run(
+            [py, "-m", "deepcontext", "report", path, "-m", "cpu_time", "--view", view]
+            + (["--limit", "40"] if view == "flat" else ["--depth", "6", "--min-share", "1.5"]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        print(f"\n== diagnose: {view} (cpu_time)\n{rep.stdout[-12000:]}{rep.stderr[-2000:]}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,transformer")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--long-factor", type=int, default=4, help="0: skip the long-run RSS check")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--diagnose", metavar="DIR", help="also profile the deepcontext run (--native)")
+    args = ap.parse_args(argv)
+    py = sys.executable
+    configs = [c for c in args.configs.split(",") if c]
+    results: dict[str, dict] = {}
+    rows = [
+        "| model | base ms/step | "
+        + " | ".join(c for c in configs if c != "none")
+        + " | peak RSS MiB (none / deepcontext / jax.profiler) | deepcontext RSS, "
+        f"{args.long_factor}x steps |",
+        "| --- " * (len(configs) + 3) + "|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in [m for m in args.models.split(",") if m]:
+            train_args = ["--model", model, "--steps", str(args.steps)]
+            runs: dict[str, list[dict]] = {c: [] for c in configs}
+            for r in range(args.repeat):
+                for c in configs:
+                    out = os.path.join(tmp, f"{model}-{r}.dctx")
+                    runs[c].append(run_one(command(c, py, train_args, out)))
+                    print(
+                        f"  {model} run {r + 1}/{args.repeat} {c}: {runs[c][-1]}", file=sys.stderr
+                    )
+            long = None
+            if args.long_factor > 0 and "deepcontext" in configs:
+                long_args = ["--model", model, "--steps", str(args.steps * args.long_factor)]
+                long = run_one(command("deepcontext", py, long_args, os.path.join(tmp, "l.dctx")))
+            best = {c: min(x["ms_per_step"] for x in v) for c, v in runs.items() if v}
+            rss = {c: max(x["rss_mib"] for x in v) for c, v in runs.items() if v}
+            base = best.get("none")
+            results[model] = {"runs": runs, "best_ms": best, "rss_mib": rss, "long": long}
+            ratios = [
+                f"{best[c]:.3f} ({best[c] / base:.2f}x)" if base else f"{best[c]:.3f}"
+                for c in configs
+                if c != "none"
+            ]
+            mem = " / ".join(
+                f"{rss[c]:.0f}" if c in rss else "-"
+                for c in ("none", "deepcontext", "jax.profiler")
+            )
+            grow = (
+                f"{long['rss_mib']:.0f} ({long['rss_mib'] - rss['deepcontext']:+.0f})"
+                if long
+                else "-"
+            )
+            rows.append(f"| {model} | {base:.3f} | " + " | ".join(ratios) + f" | {mem} | {grow} |")
+            if args.diagnose and model == args.models.split(",")[0]:
+                diagnose(py, train_args, args.diagnose)
+    table = "\n".join(rows)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,7 +4,9 @@ The trace-event JSON object format: one complete event ("ph": "X") per timeline 
 in the report, with its full call path, step and node id in `args`. CPU events sit in the
 profiled process (one track per thread), GPU events in one process per device (one track per
 stream), and the steps on a track of their own. Times are microseconds from the first step's start
-(`otherData.t0_ns` holds that instant on CLOCK_MONOTONIC).
+(`otherData.t0_ns` holds that instant on CLOCK_MONOTONIC). An event that overlaps another of its
+track without nesting in it goes to an extra track ("... (overlapping, N)"): Perfetto drops such
+events. tests/timeline/test_chrome_viewers.py checks the output in Perfetto and catapult.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def profiles(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def shown(profiles, perfetto_ui, node) -> dict[str, dict]:
+def shown(perfetto_ui, node, profiles) -> dict[str, dict]:
     """What both viewers made of each profile's export (one browser for all)."""
     traces = {name: export(path) for name, path in profiles.items()}
     r = subprocess.run(

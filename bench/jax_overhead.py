@@ -9,6 +9,7 @@ warm-up) in a fresh interpreter, `--repeat` times, interleaved: no profiler, `de
 only), and jax.profiler (start_trace/stop_trace around the script). The table shows the best time
 per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
 with --long-factor times the steps (peak RSS should not grow with the number of steps).
+`--configs` may add "deepcontext, NVTX via CUPTI" (CUPTI as the NVTX injection, the old path).
 `--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
 the native frames where the launching thread spends its time (DIR/diagnose.dctx).
 Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
@@ -43,10 +44,18 @@ finally:
 """
 
 CONFIGS = ["none", "deepcontext", "deepcontext --no-jax-hlo-ops", "jax.profiler"]
+# Optional: XLA's NVTX ranges through CUPTI's NVTX injection and callbacks instead of our own.
+VIA_CUPTI = "deepcontext, NVTX via CUPTI"
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 
 
 def command(cfg: str, py: str, train_args: list[str], out: str) -> list[str]:
+    if cfg == VIA_CUPTI:
+        return [
+            "env",
+            "DEEPCONTEXT_NVTX_INJECTION=cupti",
+            *command("deepcontext", py, train_args, out),
+        ]
     if cfg == "none":
         return [py, TRAIN, *train_args]
     if cfg == "jax.profiler":
@@ -97,13 +106,18 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--long-factor", type=int, default=4, help="0: skip the long-run RSS check")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    ap.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help="comma-separated (;-separated if a name has a comma)",
+    )
     ap.add_argument("--markdown", help="also write the table to this file")
     ap.add_argument("--json", help="write all results here")
     ap.add_argument("--diagnose", metavar="DIR", help="also profile the deepcontext run (--native)")
     args = ap.parse_args(argv)
     py = sys.executable
-    configs = [c for c in args.configs.split(",") if c]
+    sep = ";" if ";" in args.configs else ","
+    configs = [c.strip() for c in args.configs.split(sep) if c.strip()]
     results: dict[str, dict] = {}
     rows = [
         "| model | base ms/step | "

@@ -16,7 +16,9 @@ hook finishes the work right after `import jax` completes. Then:
 - On NVIDIA GPUs, XLA's NVTX ranges (domain "TSL": ``XlaModule:#...#`` and
   ``Thunk:#...hlo_op=...#``) are read by the CUPTI layer (src/gpu/cupti/nvtx.cpp) at each kernel
   launch: kernels go under ``call site -> op_name path -> HLO op (model source line)``. For that
-  this module points ``NVTX_INJECTION64_PATH`` at the CUPTI library the GPU layer loaded, and
+  this module points ``NVTX_INJECTION64_PATH`` at the GPU layer itself (its own NVTX injection,
+  src/gpu/cupti/nvtx_injection.cpp; ``DEEPCONTEXT_NVTX_INJECTION=cupti`` names the CUPTI library
+  instead, whose NVTX callbacks cost about 2 ms per step of a small MLP on an H200), and
   turns XLA's command buffers (CUDA graphs) off while profiling (``XLA_FLAGS``
   ``--xla_gpu_enable_command_buffer=``), unless the user set either; the profile's meta says so.
 - With ``--native`` on XLA:CPU, samples in JIT-compiled kernels (registered through the GDB JIT
@@ -574,25 +576,32 @@ def _prepare_gpu_environment(options: dict) -> None:
     _meta("jax_command_buffers", f"off while profiling (XLA_FLAGS {_COMMAND_BUFFER_FLAG})")
 
 
+def _nvtx_via_cupti() -> bool:
+    return os.environ.get("DEEPCONTEXT_NVTX_INJECTION", "").lower() == "cupti"
+
+
 def _early_nvtx_injection() -> None:
     """NVTX decides on its injection at its first call, which XLA may make while jax loads its
-    CUDA plugin: name the CUPTI library the GPU layer will load (its first candidate file) before
-    jax is imported; _prepare_nvtx checks it against the one really loaded."""
+    CUDA plugin: name our GPU layer (or, with DEEPCONTEXT_NVTX_INJECTION=cupti, the CUPTI
+    library it will load: its first candidate file) before jax is imported; _prepare_nvtx checks
+    it against the one really loaded."""
     if os.environ.get("NVTX_INJECTION64_PATH"):
         _meta(
             "jax_nvtx",
             "NVTX_INJECTION64_PATH set by the user: " + os.environ["NVTX_INJECTION64_PATH"],
         )
         return
-    try:
-        from . import gpu
+    path = _CUPTI_LIBRARY if os.path.isfile(_CUPTI_LIBRARY) else None
+    if _nvtx_via_cupti():
+        try:
+            from . import gpu
 
-        candidates = [c for c in gpu.cupti_candidates() if os.path.isfile(c)]
-    except Exception:
-        return
-    if candidates:
-        os.environ["NVTX_INJECTION64_PATH"] = candidates[0]
-        _env_changes["NVTX_INJECTION64_PATH"] = candidates[0]
+            path = next((c for c in gpu.cupti_candidates() if os.path.isfile(c)), None)
+        except Exception:
+            return
+    if path:
+        os.environ["NVTX_INJECTION64_PATH"] = path
+        _env_changes["NVTX_INJECTION64_PATH"] = path
 
 
 def _jax_backend_started() -> bool:
@@ -628,12 +637,15 @@ def _gpu_layer():
 
 
 def _prepare_nvtx() -> None:
-    """Point NVTX at the CUPTI library we trace with, so XLA's ranges reach our subscriber. NVTX
-    reads the variable at its first call (XLA's first annotation, after jax is imported)."""
+    """Point NVTX at our GPU layer (or the CUPTI library we trace with), so XLA's ranges reach
+    our handlers. NVTX reads the variable at its first call (XLA's first annotation, after jax is
+    imported)."""
     lib = _gpu_layer()
     if lib is None:
         return
-    path = lib.dctx_cupti_library().decode(errors="replace")
+    path = (
+        lib.dctx_cupti_library().decode(errors="replace") if _nvtx_via_cupti() else _CUPTI_LIBRARY
+    )
     current = os.environ.get("NVTX_INJECTION64_PATH")
     ours = _env_changes.get("NVTX_INJECTION64_PATH")
     if current and current != ours:
@@ -674,6 +686,7 @@ _NVTX_STATS = (
     "unregistered_pushes",  # TSL pushes whose message XLA built for that push
     "other_domain_pushes",
     "call_paths",  # call paths walked inside an XLA range (once per module run when all is well)
+    "injections",  # NVTX copies that took our own injection (0: CUPTI's, or none)
 )
 
 

@@ -118,6 +118,7 @@ std::atomic<uint64_t> g_pushes{0}, g_strings_n{0}, g_launches{0}, g_in_thunk{0},
 // Diagnostics (dctx_cupti_nvtx_counters): table misses, TSL pushes without a registered string
 // (XLA built the message for that push), pushes in other domains, call paths taken in a range.
 std::atomic<uint64_t> g_lookups{0}, g_unregistered{0}, g_other{0}, g_paths{0};
+std::atomic<uint64_t> g_injections{0};  // NVTX copies that took our own injection
 
 const StringInfo *find_string(uint64_t handle) {
   const StringTable *t = g_table.load(std::memory_order_acquire);
@@ -370,23 +371,27 @@ void nvtx_register_string(uint64_t domain, uint64_t handle, const char *text) {
   g_strings_n.fetch_add(1, std::memory_order_relaxed);
 }
 
-void nvtx_push(uint64_t domain, uint64_t handle) {
+int nvtx_push(uint64_t domain, uint64_t handle) {
   if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) {
     g_other.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return 0;
   }
   if (handle == 0) g_unregistered.fetch_add(1, std::memory_order_relaxed);
   NvtxThread &t = t_nvtx;
   if (t.depth < kDepth) t.stack[t.depth] = Range{handle, ++t.serial};
-  ++t.depth;
   g_pushes.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<int>(t.depth++);
 }
 
-void nvtx_pop(uint64_t domain) {
-  if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) return;
+int nvtx_pop(uint64_t domain) {
+  if (domain != g_xla_domain.load(std::memory_order_relaxed) || domain == 0) return 0;
   NvtxThread &t = t_nvtx;
-  if (t.depth > 0) --t.depth;
+  if (t.depth == 0) return -1;
+  return static_cast<int>(--t.depth);
 }
+
+void nvtx_set_xla_domain(uint64_t domain) { g_xla_domain.store(domain); }
+void nvtx_count_injection() { g_injections.fetch_add(1, std::memory_order_relaxed); }
 
 void nvtx_callback(uint32_t cbid, const void *nvtx_data) {
   const auto *data = static_cast<const NvtxData *>(nvtx_data);
@@ -416,7 +421,7 @@ void nvtx_callback(uint32_t cbid, const void *nvtx_data) {
       const auto *p = static_cast<const DomainCreateParams *>(data->params);
       if (p->name && std::strcmp(p->name, "TSL") == 0 && data->return_value) {
         const void *domain = *static_cast<const void *const *>(data->return_value);
-        if (domain) g_xla_domain.store(reinterpret_cast<uint64_t>(domain));
+        if (domain) nvtx_set_xla_domain(reinterpret_cast<uint64_t>(domain));
       }
       break;
     }
@@ -521,7 +526,8 @@ uint32_t dctx_cupti_nvtx_counters(uint64_t *out, uint32_t n) {
   using namespace dctx::gpu;
   const uint64_t v[] = {g_pushes.load(),       g_strings_n.load(), g_launches.load(),
                         g_in_thunk.load(),     g_sourced.load(),   g_lookups.load(),
-                        g_unregistered.load(), g_other.load(),     g_paths.load()};
+                        g_unregistered.load(), g_other.load(),     g_paths.load(),
+                        g_injections.load()};
   const uint32_t count = static_cast<uint32_t>(sizeof v / sizeof v[0]);
   for (uint32_t i = 0; i < n && i < count; ++i) out[i] = v[i];
   return count;

@@ -2,15 +2,17 @@
  *
  * XLA's GPU runtime wraps each module run in `XlaModule:#hlo_module=<name>,program_id=<id>#` and
  * each thunk in `Thunk:#name=<op_name>,hlo_op=<instruction>,...#`, both registered strings. With
- * CUPTI as the NVTX injection (NVTX_INJECTION64_PATH, set by deepcontext.jax_support) our
- * subscriber sees the pushes and pops. Hot paths, no lock and no allocation: a push stores the
- * string handle on a per-thread stack and a pop drops it; a launch inside a thunk takes the
- * launching thread's call path once per open XlaModule range (the thread runs XLA's C++ while the
- * range is open) and finds the thunk's node in a per-thread hash table keyed by (call-site node,
- * handle). Registered strings are parsed once, at registration, into a table read without a lock.
- * Only a table miss looks the thunk up: its HLO op's frame chain (op_name path -> HLO op with the
- * model's source line) comes from the module tables that jax_support registers at compile time,
- * else from the thunk string alone (op_name path -> HLO op, no source line). */
+ * this library as the NVTX injection (NVTX_INJECTION64_PATH, set by deepcontext.jax_support;
+ * nvtx_injection.cpp) our handlers are NVTX's push/pop themselves; with CUPTI as the injection
+ * (the user's choice) our subscriber's NVTX callbacks see them. Hot paths, no lock and no
+ * allocation: a push stores the string handle on a per-thread stack and a pop drops it; a launch
+ * inside a thunk takes the launching thread's call path once per open XlaModule range (the thread
+ * runs XLA's C++ while the range is open) and finds the thunk's node in a per-thread hash table
+ * keyed by (call-site node, handle). Registered strings are parsed once, at registration, into a
+ * table read without a lock. Only a table miss looks the thunk up: its HLO op's frame chain
+ * (op_name path -> HLO op with the model's source line) comes from the module tables that
+ * jax_support registers at compile time, else from the thunk string alone (op_name path -> HLO op,
+ * no source line). */
 #ifndef DEEPCONTEXT_GPU_CUPTI_NVTX_H
 #define DEEPCONTEXT_GPU_CUPTI_NVTX_H
 
@@ -36,8 +38,12 @@ void nvtx_reset();
 
 /* The pieces, for the replay entry points (tests without a GPU). */
 void nvtx_register_string(uint64_t domain, uint64_t handle, const char *text);
-void nvtx_push(uint64_t domain, uint64_t handle);
-void nvtx_pop(uint64_t domain);
+int nvtx_push(uint64_t domain,
+              uint64_t handle);  // the range's level (0: outermost) in XLA's domain
+int nvtx_pop(uint64_t domain);   // the level left (-1: nothing was open)
+/* The domain handle taken as XLA's ("TSL"), from CUPTI's callback or from our own injection. */
+void nvtx_set_xla_domain(uint64_t domain);
+void nvtx_count_injection();
 
 }  // namespace dctx::gpu
 
@@ -48,8 +54,8 @@ void dctx_cupti_hlo_module(const char *module, int64_t program_id, const char *r
 /* pushes, registered strings, launches, launches inside a thunk, thunks resolved with source. */
 void dctx_cupti_nvtx_stats(uint64_t *out5);
 /* The same five, then: thunk table misses (lookups of a thunk's path), TSL pushes whose message
- * was no registered string, pushes in other domains, call paths taken inside an XLA range.
- * Fills min(n, count) values; returns count (9). */
+ * was no registered string, pushes in other domains, call paths taken inside an XLA range, NVTX
+ * copies initialised with our own injection. Fills min(n, count) values; returns count (10). */
 uint32_t dctx_cupti_nvtx_counters(uint64_t *out, uint32_t n);
 /* Replay (tests): the same handling as the CUPTI callbacks, fed by the caller. */
 void dctx_cupti_nvtx_replay_string(uint64_t domain, uint64_t handle, const char *text);

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,9 @@ DEEPCONTEXT_MODES = {
     "deepcontext-gpu-only": {"torch": False},
     "deepcontext-no-gpu": {"gpu": False},
     "deepcontext-no-sampling": {"interval_ms": 1e6, "wall": False},
+    "deepcontext-no-modules": {"torch_modules": False},
+    # diagnosis: deepcontext's own native stacks (1 ms) of the run, kept with --keep DIR
+    "deepcontext-native": {"native": True, "interval_ms": 1.0},
 }
 WARMUP = 10
 
@@ -197,6 +201,7 @@ def child(args) -> int:
         measured()
         session.stop()
     result.setdefault("window_s", time.perf_counter() - w0)
+    result["output"] = args.output
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["median_step_s"] = statistics.median(times)
     result["total_s"] = sum(times)
@@ -236,6 +241,7 @@ def main() -> int:
         help="comma-separated partial deepcontext configurations to add: "
         + ", ".join(m for m in DEEPCONTEXT_MODES if m != "deepcontext"),
     )
+    ap.add_argument("--keep", metavar="DIR", help="copy the deepcontext-native profiles here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
@@ -260,6 +266,9 @@ def main() -> int:
             for _ in range(args.runs):
                 for m in modes:  # interleaved, so drift hits every configuration alike
                     runs[m].append(run_child(w, m, args.steps, tmp))
+                    if m == "deepcontext-native" and args.keep:
+                        os.makedirs(args.keep, exist_ok=True)
+                        shutil.copy(runs[m][-1]["output"], os.path.join(args.keep, f"{w}.dctx"))
             if args.long_steps:
                 runs["deepcontext-long"] = [run_child(w, "deepcontext", args.long_steps, tmp)]
             results["workloads"][w] = runs

@@ -271,6 +271,8 @@ def main() -> int:
                         shutil.copy(runs[m][-1]["output"], os.path.join(args.keep, f"{w}.dctx"))
             if args.long_steps:
                 runs["deepcontext-long"] = [run_child(w, "deepcontext", args.long_steps, tmp)]
+                # the program's own growth over the same steps (CUDA caching allocator, Python)
+                runs["baseline-long"] = [run_child(w, "baseline", args.long_steps, tmp)]
             results["workloads"][w] = runs
             print(summary_row(w, runs), flush=True)
     table = summary_table(results)
@@ -300,7 +302,8 @@ def summary_row(w: str, runs: dict) -> str:
 def summary_table(results: dict) -> str:
     head = (
         "| workload | base step ms | torch.profiler | deepcontext | RSS +MB torch.profiler | "
-        f"RSS +MB deepcontext | RSS +MB deepcontext {results['steps']}->long | gpu_time / "
+        f"RSS +MB deepcontext | RSS +MB {results['steps']}->long: deepcontext (no profiler) | "
+        "gpu_time / "
         "torch.profiler kernels (count) | under line+aten | backward under forward | window "
         "incl. start/stop: torch.profiler / deepcontext |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -312,6 +315,8 @@ def summary_table(results: dict) -> str:
         tp, dc = runs["torch.profiler"], runs["deepcontext"]
         long = runs.get("deepcontext-long")
         growth = f"{long[0]['peak_rss_mb'] - _med(dc, 'peak_rss_mb'):+.0f}" if long else "-"
+        if runs.get("baseline-long"):
+            growth += f" ({runs['baseline-long'][0]['peak_rss_mb'] - rss0:+.0f})"
         ratio = _med(dc, "gpu_time_ns") / _med(tp, "kernel_ns")
         counts = f"{_med(dc, 'kernels_seen'):.0f}/{_med(tp, 'kernels'):.0f}"
         window0 = _med(runs["baseline"], "window_s")

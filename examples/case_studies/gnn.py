@@ -1,9 +1,10 @@
 """GNN (GraphSAGE-like mean aggregation): node features gathered along edges with advanced
 indexing (`x[src]`) vs index_select (the prototype's GNN case, 3.97 s -> 3.71 s). Source nodes
-follow a power-law degree distribution (--skew, like real graphs; the default gives the largest
-hub about 1,600 of the 4M edges), so the gradient of `x[src]` adds up many repeats per hub row.
-With a uniform random graph (--skew 0, the first GPU run) the backward was faster than the forward
-on an H200 and index_select no faster (docs/case-studies.md)."""
+follow a power-law degree distribution (--skew, like real graphs: a Zipf exponent of 1 means a
+few hubs with hundreds of thousands of edges, as in social graphs), so the gradient of `x[src]`
+adds up many repeats per hub row. On an H200 (docs/case-studies.md): --skew 1.0 464 -> 24 ms per
+step with index_select, --skew 0.4 (largest hub about 1,600 of the 4M edges) and a uniform graph
+(--skew 0) no faster."""
 
 import torch
 from harness import parse, run, skewed
@@ -30,7 +31,7 @@ def main(fixed: bool) -> None:
     args = parse(
         __doc__,
         steps=50,
-        extra=[("--skew", float, 0.4, "power-law exponent of source-node degrees (0 = uniform)")],
+        extra=[("--skew", float, 1.0, "power-law exponent of source-node degrees (0 = uniform)")],
     )
     nodes, edges = (20_000, 200_000) if args.small else (200_000, 4_000_000)
     dim, dev = 64, args.device

@@ -65,7 +65,7 @@ nb::dict finding_dict(const Finding &f) {
   return d;
 }
 
-Context make_context(const std::string &pkg_dir, nb::object source_loops) {
+Context make_context(const std::string &pkg_dir, const nb::object &source_loops) {
   Context ctx;
   ctx.pkg_dir = pkg_dir;
   if (!source_loops.is_none()) {
@@ -95,7 +95,7 @@ nb::dict status_dict(const RuleStatus &st) {
 
 NB_MODULE(_analyzer, m) {
   m.doc() = "The analyzer's profile loader, query layer, built-in rules and ranking (C++).";
-  nb::exception<ProfileError>(m, "ProfileError");
+  static const nb::exception<ProfileError> profile_error(m, "ProfileError");
 
   m.def(
       "rules",
@@ -120,8 +120,8 @@ NB_MODULE(_analyzer, m) {
       .def(
           "__init__",
           [](Analyzer *self, const std::string &path, const std::string &pkg_dir,
-             nb::object source_loops) {
-            new (self) Analyzer(path, make_context(pkg_dir, std::move(source_loops)));
+             const nb::object &source_loops) {
+            new (self) Analyzer(path, make_context(pkg_dir, source_loops));
           },
           nb::arg("path"), nb::arg("pkg_dir") = "", nb::arg("source_loops") = nb::none())
       .def(

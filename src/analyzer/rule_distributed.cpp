@@ -168,6 +168,7 @@ std::vector<int> region(const Query &q, const Context &ctx, const std::vector<in
     return out;
   }
   std::vector<int> anchors;
+  anchors.reserve(nodes.size());
   for (int n : nodes) anchors.push_back(q.user_line[n] >= 0 ? q.user_line[n] : n);
   return {anchors.empty() ? 0 : q.common_ancestor(anchors)};
 }
@@ -213,6 +214,7 @@ std::vector<std::unique_ptr<Profile>> load_rank_profiles(const Query &q,
         loaded = true;
         break;
       } catch (const ProfileError &) {
+        continue;  // not a readable profile: try the next place
       }
     }
     if (!loaded) return {};
@@ -533,6 +535,7 @@ void communication_bound(const Query &q, const Context &ctx, std::vector<Finding
     times = {t};
   }
   std::vector<double> shares;
+  shares.reserve(totals.size());
   for (size_t i = 0; i < totals.size(); ++i) {
     shares.push_back(times[i] > 0 ? totals[i] / times[i] : 0.0);
   }

@@ -75,11 +75,8 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
     } else if (k == kOperator) {
       if (q.backward[n] < 0 && sync_ops.search(p, n)) ops.push_back(n);
     } else if (k == kPython) {
-      if (print_file().search(p, n) && is_print_func(q.name(n))) {
-        wrappers.push_back(n);
-      } else if (sync_funcs.search(p, n) && sync_func_file.search(p, n)) {
-        wrappers.push_back(n);
-      }
+      bool prints = print_file().search(p, n) && is_print_func(q.name(n));
+      if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n))) wrappers.push_back(n);
     }
   }
   // moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
@@ -270,9 +267,9 @@ void data_loader(const Query &q, const Context &, std::vector<Finding> &out) {
       lines.push(std::move(l));
     }
     Finding f;
-    f.summary = pct(share, 0) + " of the loop's " + m + " is spent in DataLoader.__next__ (" +
-                cause + ")" +
-                (idle ? "; the GPU was idle " + fmt_ns(q.total(kIdleMetric)) + " in all" : "");
+    f.summary = pct(share, 0) + " of the loop's " + m + " is spent in DataLoader.__next__ (";
+    f.summary += cause + ")";
+    if (idle) f.summary += "; the GPU was idle " + fmt_ns(q.total(kIdleMetric)) + " in all";
     f.suggestion = suggestion;
     f.metric = m;
     f.time = basis;

@@ -57,7 +57,7 @@ std::string float_repr(double v) {
     s.erase(0, 1);
   }
   size_t e = s.find('e');
-  int exp = std::atoi(s.c_str() + e + 1);
+  int exp = static_cast<int>(std::strtol(s.c_str() + e + 1, nullptr, 10));
   std::string digits;
   for (size_t i = 0; i < e; ++i) {
     if (s[i] != '.') digits += s[i];

@@ -11,7 +11,7 @@ mapfile -t cxx < <(git ls-files 'src/*.cpp' 'src/*.h' 'include/*.h' 'tests/cpp/*
 if [ ${#cxx[@]} -gt 0 ]; then
   "$venv/bin/clang-format" --dry-run --Werror "${cxx[@]}"
   cmake -S . -B build/lint -G Ninja -DPython_EXECUTABLE="$venv/bin/python" >/dev/null
-  mapfile -t core < <(git ls-files 'src/tree/*.cpp' 'src/context/*.cpp' 'src/collect/*.cpp' 'src/store/*.cpp' 'src/monitor/*.cpp' 'src/preload/*.cpp' 'src/timeline/*.cpp')
+  mapfile -t core < <(git ls-files 'src/tree/*.cpp' 'src/context/*.cpp' 'src/collect/*.cpp' 'src/store/*.cpp' 'src/monitor/*.cpp' 'src/preload/*.cpp' 'src/timeline/*.cpp' 'src/analyzer/*.cpp')
   "$venv/bin/clang-tidy" -p build/lint --quiet "${core[@]}" 2>/dev/null
 fi
 if [ -f gui/package.json ] && [ -d gui/node_modules ] && grep -q '"lint"' gui/package.json; then

@@ -2,8 +2,9 @@
 
 A rule is an object with `id`, `title`, `needs` (metrics of which at least one must be in the
 profile, else the rule is skipped with a reason) and `check(query) -> iterable of Finding`. The
-`@rule(...)` decorator turns a function into one and registers it, which is how both the built-in
-rules and custom rules are written.
+built-in rules are C++ (deepcontext._analyzer, src/analyzer/): they are registered here as Rule
+objects with `builtin=True` and run over the profile in C++. Custom rules are Python functions over
+a Query, registered with the `@rule(...)` decorator. The C++ engine ranks the findings of both.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..errors import UserError
+from ..errors import ProfileError, UserError
 from ..reader import Profile, load
+from . import sources
 from .finding import Finding
-from .query import Query
+from .query import _PKG_DIR, Query
 
 FORMAT = "deepcontext-findings"
 VERSION = 1
@@ -38,6 +40,8 @@ class Rule:
     description: str = ""
     generic: bool = False
     """A generic rule's finding is dropped when a specific rule reports the same node."""
+    builtin: bool = False
+    """A built-in rule: implemented in C++, `check` runs it there."""
 
     def applies(self, q: Query) -> str | None:
         """None if the rule can run on this profile, else the reason it cannot."""
@@ -68,10 +72,60 @@ def rule(
     return deco
 
 
-def builtin_rules() -> list[Rule]:
-    from . import rules  # noqa: F401  (registers the built-in rules)
+def native():
+    """The compiled analyzer module; a one-line UserError when this installation lacks it."""
+    try:
+        from .. import _analyzer
+    except ImportError as exc:
+        raise UserError(
+            "the analyzer's compiled module deepcontext._analyzer is missing "
+            f"({exc}); install the package (pip install .) or build it (cmake, target _analyzer)"
+        ) from None
+    return _analyzer
 
-    return [r for r in REGISTRY.values() if r.check.__module__.startswith(rules.__name__)]
+
+class _NativeCheck:
+    """`check` of a built-in rule: runs the C++ rule over the query's profile (the findings come
+    back ranked and complete, as analyze() returns them)."""
+
+    def __init__(self, rule_id: str):
+        self.rule_id = rule_id
+
+    def __call__(self, q: Query) -> list[Finding]:
+        a = _open(native(), q.profile.path)
+        st = a.run(self.rule_id)
+        if st["state"] == "skipped":
+            raise NotApplicable(st["message"])
+        if st["state"] == "error":
+            raise RuntimeError(st["message"])
+        return [_finding(d) for d in a.finish(0.0)]
+
+
+_BUILTIN: list[Rule] = []
+
+
+def builtin_rules() -> list[Rule]:
+    """The built-in (C++) rules, registered ahead of custom ones on first use."""
+    if not _BUILTIN:
+        for d in native().rules():
+            _BUILTIN.append(
+                Rule(
+                    d["id"],
+                    d["title"],
+                    _NativeCheck(d["id"]),
+                    tuple(d["needs"]),
+                    d["description"],
+                    d["generic"],
+                    builtin=True,
+                )
+            )
+        # The built-in rules come first; a custom rule registered under a built-in id before
+        # this point keeps replacing it, in its place.
+        ordered = {r.id: REGISTRY.get(r.id, r) for r in _BUILTIN}
+        ordered.update({k: v for k, v in REGISTRY.items() if k not in ordered})
+        REGISTRY.clear()
+        REGISTRY.update(ordered)
+    return [r for r in _BUILTIN if REGISTRY.get(r.id) is r]
 
 
 def load_rules_file(path: str) -> list[Rule]:
@@ -97,13 +151,23 @@ def load_rules_file(path: str) -> list[Rule]:
 class Analysis:
     """The result of analyze(): ranked findings plus which rules ran, were skipped or failed."""
 
-    profile: Profile
+    path: str
     findings: list[Finding]
     totals: dict[str, float]
     rules_run: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     min_share: float = 0.0
+    meta: dict[str, str] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    _profile: Profile | None = field(default=None, repr=False)
+
+    @property
+    def profile(self) -> Profile:
+        """The analyzed profile (loaded by the Python reader on first use)."""
+        if self._profile is None:
+            self._profile = load(self.path)
+        return self._profile
 
     def to_dict(self) -> dict:
         meta_keys = (
@@ -118,8 +182,8 @@ class Analysis:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "profile": self.profile.path,
-            "meta": {k: self.profile.meta[k] for k in meta_keys if k in self.profile.meta},
+            "profile": self.path,
+            "meta": {k: self.meta[k] for k in meta_keys if k in self.meta},
             "totals": self.totals,
             "min_share": self.min_share,
             "rules_run": self.rules_run,
@@ -135,36 +199,35 @@ class Analysis:
         return [f for f in self.findings if f.rule == rule_id]
 
 
-def _location(q: Query, f: Finding) -> dict:
-    if f.node is None:
-        return {
-            "node": None,
-            "path": [],
-            "source": None,
-            "module": None,
-            "operators": [],
-            "kernels": [],
-        }
-    return {
-        "node": f.node,
-        "path": q.path_labels(f.node),
-        "source": q.source(f.node),
-        "module": q.module_path(f.node),
-        "operators": q.operators(f.node),
-        "kernels": q.kernels(f.node) if q.has("gpu_time") else [],
-    }
+_FINDING_KEYS = (
+    "rule",
+    "title",
+    "summary",
+    "metric",
+    "time",
+    "share",
+    "total",
+    "saving",
+    "saving_share",
+    "estimate",
+    "suggestion",
+    "location",
+    "evidence",
+    "nodes",
+)
 
 
-def _mostly_covered(q: Query, f: Finding, covered: set[int]) -> bool:
-    """True when most of a generic finding's nodes lie inside nodes a specific finding reported
-    (e.g. the short sort kernels of an index backward that index-backward already accounts for)."""
-    if not f.nodes or not covered:
-        return False
-    inside = 0
-    for n in f.nodes:
-        if n in covered or any(a in covered for a in q.ancestors(n)):
-            inside += 1
-    return inside * 2 > len(f.nodes)
+def _finding(d: dict) -> Finding:
+    f = Finding(**{k: d[k] for k in _FINDING_KEYS})
+    f.node = d["location"]["node"]
+    return f
+
+
+def _open(mod, path: str):
+    try:
+        return mod.Analyzer(path, _PKG_DIR, sources.loops)
+    except mod.ProfileError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 def analyze(
@@ -178,7 +241,9 @@ def analyze(
     rules: rule ids or Rule objects (default: every registered rule, built-in and custom).
     min_share: drop findings whose region is below this fraction (0..1) of the total time.
     """
-    prof = profile if isinstance(profile, Profile) else load(profile)
+    given = profile if isinstance(profile, Profile) else None
+    path = given.path if given is not None else os.fspath(profile)
+    mod = native()
     builtin_rules()
     if rules is None:
         selected = list(REGISTRY.values())
@@ -192,10 +257,24 @@ def analyze(
             else:
                 known = ", ".join(sorted(REGISTRY))
                 raise UserError(f"unknown rule {r!r} (known: {known})")
-    q = Query(prof)
-    found: list[tuple[Rule, Finding]] = []
-    analysis = Analysis(prof, [], {}, min_share=min_share)
+    engine = _open(mod, path)
+    analysis = Analysis(
+        path, [], {}, min_share=min_share, meta=engine.meta(), units=engine.units(), _profile=given
+    )
+    q: Query | None = None
+    custom: list[Finding] = []
     for r in selected:
+        if r.builtin:
+            st = engine.run(r.id)
+            if st["state"] == "skipped":
+                analysis.skipped.append({"rule": r.id, "reason": st["message"]})
+            elif st["state"] == "error":
+                analysis.errors.append({"rule": r.id, "message": st["message"]})
+            else:
+                analysis.rules_run.append(r.id)
+            continue
+        if q is None:
+            q = Query(analysis.profile)
         reason = r.applies(q)
         if reason:
             analysis.skipped.append({"rule": r.id, "reason": reason})
@@ -215,39 +294,26 @@ def analyze(
         for f in mine:
             f.rule = f.rule or r.id
             f.title = f.title or r.title
-            found.append((r, f))
+            engine.add(
+                len(custom),
+                f.rule,
+                r.generic,
+                f.metric,
+                float(f.time),
+                float(f.saving),
+                float(f.total) if f.total else None,
+                f.node,
+                list(f.nodes),
+            )
+            custom.append(f)
         analysis.rules_run.append(r.id)
-    specific_nodes = {f.node for r, f in found if not r.generic and f.node is not None}
-    # the operators/kernels specific findings are about (not their anchors, which may be a
-    # source line or loop high above everything)
-    covered = {
-        n
-        for r, f in found
-        if not r.generic
-        for n in f.nodes
-        if q.kind[n] not in ("python", "thread", "module", "root")
-    }
-    out = []
-    for r, f in found:
-        if r.generic and (f.node in specific_nodes or _mostly_covered(q, f, covered)):
-            continue
-        # A saving is part of the region it removes, and the region part of the whole: a rule's
-        # estimate never claims more (a rule measuring outside its metric, e.g. copy or idle time
-        # on a GPU profile, gives its own `total`).
-        f.time = max(0.0, float(f.time))
-        f.saving = min(max(0.0, float(f.saving)), f.time)
-        total = f.total if f.total else q.denominator(f.metric)
-        f.total = max(float(total), f.time)
-        f.share = f.time / f.total if f.total > 0 else 0.0
-        f.saving_share = f.saving / f.total if f.total > 0 else 0.0
-        if f.share < min_share:
-            continue
-        f.location = _location(q, f)
-        if f.node is not None and f.node not in f.nodes:
-            f.nodes.insert(0, f.node)
-        out.append(f)
-    out.sort(key=lambda f: (-f.saving_share, -f.share, f.rule))
-    analysis.findings = out
-    for m in prof.metrics:
-        analysis.totals[m] = q.total(m)
+    for d in engine.finish(min_share):
+        if "external" in d:
+            f = custom[d["external"]]
+            for k in ("time", "saving", "total", "share", "saving_share", "location", "nodes"):
+                setattr(f, k, d[k])
+        else:
+            f = _finding(d)
+        analysis.findings.append(f)
+    analysis.totals = engine.totals()
     return analysis

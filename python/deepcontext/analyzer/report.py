@@ -6,7 +6,18 @@ import json
 import textwrap
 
 from .engine import Analysis
-from .rules._common import fmt_ns
+
+
+def fmt_ns(ns: float) -> str:
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
 
 METRIC_WORDS = {
     "gpu_time": "GPU timeline",  # kernel time + launch-overhead idle (Query.denominator)
@@ -23,10 +34,10 @@ def _value(v: float, metric: str, unit: str) -> str:
 
 def render_text(a: Analysis, width: int = 100) -> str:
     lines = []
-    units = {m.name: m.unit for m in a.profile.metrics.values()}
+    units = a.units
     n = len(a.findings)
     lines.append(
-        f"{n} finding{'s' if n != 1 else ''} in {a.profile.path}"
+        f"{n} finding{'s' if n != 1 else ''} in {a.path}"
         + (" (ranked by estimated saving)" if n > 1 else "")
     )
     wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")

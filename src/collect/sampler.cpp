@@ -39,6 +39,7 @@ struct Sampled {
   clockid_t clock{};
   uint64_t last_cpu = 0;
   ThreadCounters counters;
+  pid_t tid = 0;
   bool seen = false;
 };
 
@@ -128,7 +129,7 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
   } else {
     begin = 0;  // a libc leaf called by the program (memcpy, qsort) stays
   }
-  for (size_t i = end; i-- > begin;) node = tree().child(node, symbolize(pcs[i]).frame_id);
+  for (size_t i = end; i-- > begin;) node = append_native(node, pcs[i]);
   return node;
 }
 
@@ -154,6 +155,7 @@ void tick(State &s, uint64_t wall_delta) {
       }
       st.last_cpu = now_ns(st.clock);
 #if PY_VERSION_HEX >= 0x030B0000
+      st.tid = static_cast<pid_t>(ts->native_thread_id);
       if (s.opts.counters && s.counters_ok) {
         std::string err = st.counters.open(static_cast<pid_t>(ts->native_thread_id));
         if (!err.empty()) {
@@ -184,6 +186,7 @@ void tick(State &s, uint64_t wall_delta) {
   for (auto it = s.threads.begin(); it != s.threads.end();) {
     if (!it->second.seen) {
       it->second.counters.close();
+      native_unwind_forget(it->second.tid);
       it = s.threads.erase(it);
     } else {
       ++it;
@@ -237,7 +240,12 @@ void scan_tasks(State &s) {
   }
   closedir(dir);
   for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
-    it = it->second.seen ? std::next(it) : s.native_threads.erase(it);
+    if (it->second.seen) {
+      ++it;
+    } else {
+      native_unwind_forget(it->first);
+      it = s.native_threads.erase(it);
+    }
   }
 }
 
@@ -267,6 +275,7 @@ void tick_native(State &s) {
     }
     uint64_t cpu = now_ns(t.clock);
     if (cpu == 0) {  // the thread has exited
+      native_unwind_forget(tid);
       it = s.native_threads.erase(it);
       continue;
     }
@@ -283,13 +292,10 @@ void tick_native(State &s) {
       uint64_t w = g_worker_context.load(std::memory_order_acquire);
       node = tree().child(w ? static_cast<dctx_node>(w - 1) : 0, t.frame);
     }
-    // Native frames of these threads only in a native executable: in a Python process their
-    // pools (XLA's JIT code) aborted under the unwinding signal (heap corruption), and the
-    // worker context already says which Python line and operator they work for.
-    if (s.opts.native && !python_present()) {
+    if (s.opts.native) {
       uintptr_t pcs[256];
       size_t np = native_unwind_thread(tid, pcs, 256);
-      for (size_t i = np; i-- > 0;) node = tree().child(node, symbolize(pcs[i]).frame_id);
+      for (size_t i = np; i-- > 0;) node = append_native(node, pcs[i]);
     }
     tree().add(node, s.m_cpu, double(delta));
     tree().add(node, s.m_samples, 1);
@@ -362,6 +368,16 @@ void sampler_stop() {
   g->thread.join();
   if (save) PyEval_RestoreThread(save);
   for (auto &[id, st] : g->threads) st.counters.close();
+  if (g->opts.native) {
+    const NativeUnwindStats u = native_unwind_stats();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "armed %llu, arm raced %llu, arm unsafe %llu, lost %llu",
+                  static_cast<unsigned long long>(u.armed),
+                  static_cast<unsigned long long>(u.arm_raced),
+                  static_cast<unsigned long long>(u.arm_unsafe),
+                  static_cast<unsigned long long>(u.lost));
+    tree().set_meta("native_unwind", buf);
+  }
   g->threads.clear();
   g->native_threads.clear();
   g->running = false;
@@ -371,6 +387,7 @@ void sampler_after_fork() {
   // The sampler thread does not exist in the child and its lock may have been held at the fork:
   // abandon that state (a small leak) rather than touch it.
   g = nullptr;
+  native_unwind_after_fork();
 }
 
 }  // namespace dctx

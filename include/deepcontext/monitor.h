@@ -115,6 +115,14 @@ typedef void (*dctx_flush_fn)(int final, void *user);
 int dctx_register_flush_hook(dctx_flush_fn fn, void *user);
 void dctx_unregister_flush_hook(int handle);
 
+/* Names native code that no loaded object covers (JIT-compiled code such as XLA:CPU's kernels).
+ * With native unwinding, fn is asked about such a pc on the sampler thread (never in a signal
+ * handler), once per pc (the answer is cached): it writes up to max frame ids, outermost first,
+ * that stand for the pc and returns their count, or 0 if the pc is not its code. fn must not call
+ * dctx_register_symbolizer. Returns a handle > 0, or 0 when the table (8 entries) is full. */
+typedef size_t (*dctx_symbolizer_fn)(uintptr_t pc, uint32_t *frames, size_t max, void *user);
+int dctx_register_symbolizer(dctx_symbolizer_fn fn, void *user);
+
 /* Run metadata (the profile's meta table); the last value per key wins. */
 void dctx_set_meta(const char *key, const char *value);
 

@@ -2,8 +2,7 @@
 // reads them from the GDB JIT interface after each compilation and adds them here).
 //
 // The core's native unwinder names code that no loaded object covers through symbolizers
-// registered with dctx_register_symbolizer (declared weak here: with a core that lacks it, the
-// table is kept and nothing is named). For a pc inside a kernel, the symbolizer answers the
+// registered with dctx_register_symbolizer. For a pc inside a kernel, the symbolizer answers the
 // frames `op_name components -> HLO op (model source line)`.
 #include <algorithm>
 #include <cstddef>
@@ -13,11 +12,6 @@
 #include <vector>
 
 #include "deepcontext/monitor.h"
-
-extern "C" {
-typedef size_t (*dctx_jax_symbolizer_fn)(uintptr_t pc, uint32_t *frames, size_t max, void *user);
-int dctx_register_symbolizer(dctx_jax_symbolizer_fn fn, void *user) __attribute__((weak));
-}
 
 namespace {
 
@@ -49,16 +43,13 @@ size_t symbolize(uintptr_t pc, uint32_t *frames, size_t max, void *) {
 extern "C" {
 
 /* Adds [start, end) -> frames (outermost first). Returns 1 when the core names JIT frames through
- * this table, 0 when this core has no symbolizer hook (the table is kept). */
+ * this table, 0 when it could not register (no session, or the core's table is full). */
 int dctx_jax_add_jit_range(uint64_t start, uint64_t end, const uint32_t *frames, uint32_t count) {
   // Registered outside g_mu: the unwinder calls symbolize() under its own lock, which
   // dctx_register_symbolizer takes too.
   static std::once_flag once;
   std::call_once(once, [] {
-    // (dctx_is_active also keeps libdeepcontext a needed library of ours, so that the weak
-    // reference resolves in its scope.)
-    g_registered = dctx_is_active() && dctx_register_symbolizer &&
-                   dctx_register_symbolizer(&symbolize, nullptr) > 0;
+    g_registered = dctx_is_active() && dctx_register_symbolizer(&symbolize, nullptr) > 0;
   });
   std::unique_lock lock(g_mu);
   if (start < end && frames && count) {

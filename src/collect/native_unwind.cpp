@@ -46,11 +46,11 @@ int g_signal = 0;
 constexpr size_t kAltStack = 64 * 1024;
 constexpr size_t kGuard = 4096;
 struct Arm {
-  void *stack = nullptr;      // base of the usable part (above the guard page)
-  uintptr_t expect_pc = 0;    // the user pc of the blocking call, from /proc
-  uintptr_t lo = 0, hi = 0;   // the mapping that holds the call's sp (the thread's stack)
+  void *stack = nullptr;     // base of the usable part (above the guard page)
+  uintptr_t expect_pc = 0;   // the user pc of the blocking call, from /proc
+  uintptr_t lo = 0, hi = 0;  // the mapping that holds the call's sp (the thread's stack)
 };
-Arm g_arm;                    // the arming request, or stack == nullptr
+Arm g_arm;                         // the arming request, or stack == nullptr
 std::atomic<int> g_arm_result{0};  // 1 installed ours, 2 kept a larger one, 3 failed
 std::atomic<uint64_t> g_stats[4];  // armed, arm raced (frame on the stack), arm unsafe, lost
 
@@ -148,8 +148,11 @@ bool mapping_of(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
   char line[512];
   bool found = false;
   while (std::fgets(line, sizeof line, f)) {
-    unsigned long a = 0, b = 0;
-    if (std::sscanf(line, "%lx-%lx", &a, &b) == 2 && addr >= a && addr < b) {
+    char *end = nullptr;
+    const unsigned long a = std::strtoul(line, &end, 16);
+    if (end == line || *end != '-') continue;
+    const unsigned long b = std::strtoul(end + 1, nullptr, 16);
+    if (addr >= a && addr < b) {
       *lo = a;
       *hi = b;
       found = true;

@@ -24,10 +24,10 @@ void native_unwind_forget(pid_t tid);
 void native_unwind_after_fork();
 
 struct NativeUnwindStats {
-  uint64_t armed;        // threads given an alternate signal stack
-  uint64_t arm_raced;    // arming signals that found the thread out of its call, on its stack
-  uint64_t arm_unsafe;   // ... with rsp outside its stack (the frame may have hit memory)
-  uint64_t lost;         // signals to armed threads that got no answer in time
+  uint64_t armed;       // threads given an alternate signal stack
+  uint64_t arm_raced;   // arming signals that found the thread out of its call, on its stack
+  uint64_t arm_unsafe;  // ... with rsp outside its stack (the frame may have hit memory)
+  uint64_t lost;        // signals to armed threads that got no answer in time
 };
 NativeUnwindStats native_unwind_stats();
 

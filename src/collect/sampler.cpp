@@ -371,11 +371,10 @@ void sampler_stop() {
   if (g->opts.native) {
     const NativeUnwindStats u = native_unwind_stats();
     char buf[160];
-    std::snprintf(buf, sizeof buf, "armed %llu, arm raced %llu, arm unsafe %llu, lost %llu",
-                  static_cast<unsigned long long>(u.armed),
-                  static_cast<unsigned long long>(u.arm_raced),
-                  static_cast<unsigned long long>(u.arm_unsafe),
-                  static_cast<unsigned long long>(u.lost));
+    std::snprintf(
+        buf, sizeof buf, "armed %llu, arm raced %llu, arm unsafe %llu, lost %llu",
+        static_cast<unsigned long long>(u.armed), static_cast<unsigned long long>(u.arm_raced),
+        static_cast<unsigned long long>(u.arm_unsafe), static_cast<unsigned long long>(u.lost));
     tree().set_meta("native_unwind", buf);
   }
   g->threads.clear();

@@ -42,7 +42,8 @@ int g_signal = 0;
 // prev_size" in the gemm's free) -- whatever the handler did, even nothing. So every thread is
 // given an alternate signal stack (SA_ONSTACK) before it is sampled: the first signal a thread
 // gets (the arming one) is sent only while /proc says it is blocked in a system call, where its
-// rsp is the one the call was made with; that handler installs the stack for later signals.
+// rsp is the one the call was made with, or preempted in a loaded object's code (not JIT code);
+// that handler installs the stack for later signals.
 constexpr size_t kAltStack = 64 * 1024;
 constexpr size_t kGuard = 4096;
 struct Arm {
@@ -52,12 +53,13 @@ struct Arm {
 };
 Arm g_arm;                         // the arming request, or stack == nullptr
 std::atomic<int> g_arm_result{0};  // 1 installed ours, 2 kept a larger one, 3 failed
-std::atomic<uint64_t> g_stats[4];  // armed, arm raced (frame on the stack), arm unsafe, lost
+std::atomic<uint64_t> g_stats[5];  // armed, arm raced (on the stack), arm unsafe, lost, forced
 
 // A thread's state as the sampler knows it (only the sampler thread touches this).
 struct Armed {
   void *mapping = nullptr;  // ours (kGuard + kAltStack), unmapped once the thread is gone
   bool armed = false;
+  int tries = 0;  // arming attempts that found the thread running
 };
 std::unordered_map<pid_t, Armed> g_armed;
 
@@ -113,8 +115,9 @@ void handler(int, siginfo_t *, void *ctx) {
 }
 
 // /proc/self/task/<tid>/syscall: "<nr> <6 args> <sp> <pc>" while the thread is blocked in a
-// call, "-1 <sp> <pc>" when it is off the CPU in user code, "running" when it runs.
-bool blocked_in_syscall(pid_t tid, uintptr_t *sp, uintptr_t *pc) {
+// call, "-1 <sp> <pc>" when it is off the CPU in user code, "running" when it runs. in_call says
+// which of the first two.
+bool stopped_at(pid_t tid, uintptr_t *sp, uintptr_t *pc, bool *in_call) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", int(tid));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -124,25 +127,28 @@ bool blocked_in_syscall(pid_t tid, uintptr_t *sp, uintptr_t *pc) {
   close(fd);
   if (n <= 0) return false;
   buf[n] = 0;
-  if (buf[0] < '0' || buf[0] > '9') return false;  // running, or -1 (in user code)
+  *in_call = buf[0] >= '0' && buf[0] <= '9';
+  if (!*in_call && std::strncmp(buf, "-1 ", 3) != 0) return false;  // running
+  const int want = *in_call ? 9 : 3;
   unsigned long v[9];
   int k = 0;
-  char *p = buf;
-  while (k < 9) {
+  char *p = *in_call ? buf : buf + 3;
+  if (!*in_call) k = 1;
+  while (k < want) {
     char *end = nullptr;
     v[k] = std::strtoul(p, &end, k == 0 ? 10 : 16);
     if (end == p) break;
     ++k;
     p = end;
   }
-  if (k != 9) return false;
-  *sp = v[7];
-  *pc = v[8];
+  if (k != want) return false;
+  *sp = v[want - 2];
+  *pc = v[want - 1];
   return true;
 }
 
-// The mapping that holds addr (from /proc/self/maps), or false.
-bool mapping_of(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+// The mapping that holds addr (from /proc/self/maps), or false; file_backed: it maps a file.
+bool mapping_of(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, bool *file_backed = nullptr) {
   FILE *f = std::fopen("/proc/self/maps", "re");
   if (!f) return false;
   char line[512];
@@ -155,6 +161,7 @@ bool mapping_of(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
     if (addr >= a && addr < b) {
       *lo = a;
       *hi = b;
+      if (file_backed) *file_backed = std::strchr(line, '/') != nullptr;
       found = true;
       break;
     }
@@ -188,9 +195,24 @@ int signal_and_wait(pid_t tid) {
 
 // Gives tid an alternate signal stack (see g_arm), unwinding it on the way; returns the handler's
 // pc count, -1 when the thread was not armed now (it runs: try at a later tick).
-int arm(pid_t tid, Armed &a) {
+int arm(pid_t tid, Armed &a, bool may_force) {
   uintptr_t sp = 0, pc = 0, lo = 0, hi = 0;
-  if (!blocked_in_syscall(tid, &sp, &pc) || !mapping_of(sp, &lo, &hi)) return -1;
+  bool in_call = false;
+  // A native executable's threads may compute without ever stopping: after 3 tries, arm one
+  // where it runs (the risk the stack removes for every later signal; counted as forced).
+  const bool force = may_force && ++a.tries > 3;
+  if (force) {
+    g_stats[4].fetch_add(1, std::memory_order_relaxed);
+  } else if (!stopped_at(tid, &sp, &pc, &in_call) || !mapping_of(sp, &lo, &hi)) {
+    return -1;
+  } else if (!in_call) {
+    // Preempted in user code: only in a loaded object's code, not JIT code (which may have
+    // moved rsp off the stack, as oneDNN's gemm does).
+    uintptr_t clo = 0, chi = 0;
+    bool file = false;
+    if (!mapping_of(pc, &clo, &chi, &file) || !file) return -1;
+  }
+  if (force) pc = 0;  // the handler counts it as raced/unsafe by where it lands
   if (!a.mapping) {
     void *m = mmap(nullptr, kGuard + kAltStack, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -261,10 +283,10 @@ bool native_unwind_install() {
   return true;
 }
 
-size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max) {
+size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max, bool may_force) {
   if (!g_signal || tid <= 0) return 0;
   Armed &a = g_armed[tid];
-  int n = a.armed ? signal_and_wait(tid) : arm(tid, a);
+  int n = a.armed ? signal_and_wait(tid) : arm(tid, a, may_force);
   if (n < 0) {
     if (a.armed) g_stats[3].fetch_add(1, std::memory_order_relaxed);
     return 0;
@@ -291,7 +313,8 @@ void native_unwind_after_fork() {
 }
 
 NativeUnwindStats native_unwind_stats() {
-  return {g_stats[0].load(), g_stats[1].load(), g_stats[2].load(), g_stats[3].load()};
+  return {g_stats[0].load(), g_stats[1].load(), g_stats[2].load(), g_stats[3].load(),
+          g_stats[4].load()};
 }
 
 NativeFrame symbolize(uintptr_t pc) {

@@ -16,8 +16,10 @@ bool native_unwind_install();
 // Signals the thread with kernel id tid and waits up to timeout for its stack; returns the number
 // of pcs (innermost first) copied into out, 0 on failure.
 // A thread is signalled only once it has an alternate signal stack: the first call for a thread
-// arms it (only while it is blocked in a system call) and may return 0. Sampler thread only.
-size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max);
+// arms it (only while it is blocked in a system call or preempted in a loaded object's code) and
+// may return 0; may_force (native executables) arms a thread that never stops after 3 tries.
+// Sampler thread only.
+size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max, bool may_force = false);
 // The thread with kernel id tid is gone: free its alternate signal stack.
 void native_unwind_forget(pid_t tid);
 // In a forked child: forget the parent's threads (their kernel ids mean other threads here).
@@ -28,6 +30,7 @@ struct NativeUnwindStats {
   uint64_t arm_raced;   // arming signals that found the thread out of its call, on its stack
   uint64_t arm_unsafe;  // ... with rsp outside its stack (the frame may have hit memory)
   uint64_t lost;        // signals to armed threads that got no answer in time
+  uint64_t forced;      // threads armed where they ran (native executables)
 };
 NativeUnwindStats native_unwind_stats();
 

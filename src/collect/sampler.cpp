@@ -294,7 +294,7 @@ void tick_native(State &s) {
     }
     if (s.opts.native) {
       uintptr_t pcs[256];
-      size_t np = native_unwind_thread(tid, pcs, 256);
+      size_t np = native_unwind_thread(tid, pcs, 256, !python_present());
       for (size_t i = np; i-- > 0;) node = append_native(node, pcs[i]);
     }
     tree().add(node, s.m_cpu, double(delta));
@@ -370,11 +370,12 @@ void sampler_stop() {
   for (auto &[id, st] : g->threads) st.counters.close();
   if (g->opts.native) {
     const NativeUnwindStats u = native_unwind_stats();
-    char buf[160];
+    char buf[200];
     std::snprintf(
-        buf, sizeof buf, "armed %llu, arm raced %llu, arm unsafe %llu, lost %llu",
+        buf, sizeof buf, "armed %llu, arm raced %llu, arm unsafe %llu, lost %llu, forced %llu",
         static_cast<unsigned long long>(u.armed), static_cast<unsigned long long>(u.arm_raced),
-        static_cast<unsigned long long>(u.arm_unsafe), static_cast<unsigned long long>(u.lost));
+        static_cast<unsigned long long>(u.arm_unsafe), static_cast<unsigned long long>(u.lost),
+        static_cast<unsigned long long>(u.forced));
     tree().set_meta("native_unwind", buf);
   }
   g->threads.clear();

@@ -30,7 +30,8 @@ def test_native_jitted_training_loop_runs_to_completion(tmp_path):
     p = deepcontext.load(str(out))
     assert p.meta["complete"] == "1"
     m = re.fullmatch(
-        r"armed (\d+), arm raced (\d+), arm unsafe (\d+), lost (\d+)", p.meta["native_unwind"]
+        r"armed (\d+), arm raced (\d+), arm unsafe (\d+), lost (\d+), forced (\d+)",
+        p.meta["native_unwind"],
     )
     assert m and int(m[1]) > 0 and int(m[3]) == 0, p.meta["native_unwind"]
     pools = [n for n in p.nodes() if n.frame.kind == "thread" and n.frame.name != "MainThread"]

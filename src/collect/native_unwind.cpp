@@ -198,8 +198,9 @@ int signal_and_wait(pid_t tid) {
 int arm(pid_t tid, Armed &a, bool may_force) {
   uintptr_t sp = 0, pc = 0, lo = 0, hi = 0;
   bool in_call = false;
-  // A native executable's threads may compute without ever stopping: after 3 tries, arm one
-  // where it runs (the risk the stack removes for every later signal; counted as forced).
+  // A thread may compute without ever stopping (a native executable's, a Python thread with the
+  // GIL released): with may_force, after 3 tries, arm it where it runs (the risk the stack
+  // removes for every later signal; counted as forced).
   const bool force = may_force && ++a.tries > 3;
   if (force) {
     g_stats[4].fetch_add(1, std::memory_order_relaxed);

@@ -17,7 +17,8 @@ bool native_unwind_install();
 // of pcs (innermost first) copied into out, 0 on failure.
 // A thread is signalled only once it has an alternate signal stack: the first call for a thread
 // arms it (only while it is blocked in a system call or preempted in a loaded object's code) and
-// may return 0; may_force (native executables) arms a thread that never stops after 3 tries.
+// may return 0; may_force arms a thread that never stops after 3 tries (native executables'
+// threads, Python threads).
 // Sampler thread only.
 size_t native_unwind_thread(pid_t tid, uintptr_t *out, size_t max, bool may_force = false);
 // The thread with kernel id tid is gone: free its alternate signal stack.

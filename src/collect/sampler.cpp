@@ -103,7 +103,9 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
   pid_t tid = 0;  // 3.10 keeps no kernel id in the tstate: no native frames there
 #endif
   uintptr_t pcs[256];
-  size_t np = native_unwind_thread(tid, pcs, 256);
+  // A Python thread that computes with the GIL released (np.sort) may never stop: it may be
+  // armed where it runs (pool threads of a Python process, e.g. XLA's, never are).
+  size_t np = native_unwind_thread(tid, pcs, 256, true);
   // pcs are innermost first. Frames inner to the innermost eval-loop frame were called by the
   // innermost Python frame (numpy's C code under the Python line). Without Python frames, all
   // native frames are kept.

@@ -87,7 +87,7 @@ void install_stack(ucontext_t *uc) {
   const auto pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   const auto sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
   // (A restarted call's pc is rewound by the 2 bytes of the syscall instruction.)
-  if (pc != g_arm.expect_pc && pc != g_arm.expect_pc - 2) {
+  if (g_arm.expect_pc != 0 && pc != g_arm.expect_pc && pc != g_arm.expect_pc - 2) {
     g_stats[(sp >= g_arm.lo && sp < g_arm.hi) ? 1 : 2].fetch_add(1, std::memory_order_relaxed);
   }
   g_arm_result.store(r, std::memory_order_release);
@@ -213,7 +213,7 @@ int arm(pid_t tid, Armed &a, bool may_force) {
     bool file = false;
     if (!mapping_of(pc, &clo, &chi, &file) || !file) return -1;
   }
-  if (force) pc = 0;  // the handler counts it as raced/unsafe by where it lands
+  if (force) pc = 0;  // not classified by the handler: counted as forced
   if (!a.mapping) {
     void *m = mmap(nullptr, kGuard + kAltStack, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -20,22 +20,9 @@ constexpr uint32_t kPushEx = 33, kPop = 34, kRegisterStringA = 39, kDomainCreate
 
 // The NVTX structures the callbacks receive (nvToolsExt.h v2 ABI; generated_nvtx_meta.h
 // parameter blocks). Mirrored here so that the layer builds without the nvtx3 headers.
-struct EventAttributes {
-  uint16_t version, size;
-  uint32_t category;
-  int32_t color_type;
-  uint32_t color;
-  int32_t payload_type, reserved0;
-  uint64_t payload;
-  int32_t message_type;  // 1 ascii, 2 unicode, 3 registered
-  union {
-    const char *ascii;
-    const void *registered;
-  } message;
-};
 struct PushExParams {
   const void *domain;
-  const EventAttributes *attributes;
+  const NvtxEventAttributes *attributes;
 };
 struct PopParams {
   const void *domain;
@@ -52,7 +39,6 @@ struct NvtxData {  // CUpti_NvtxData
   const void *params;
   const void *return_value;
 };
-constexpr int32_t kMessageRegistered = 3;
 
 enum class Kind : uint8_t { Other, Module, Thunk };
 struct StringInfo {
@@ -401,7 +387,7 @@ void nvtx_callback(uint32_t cbid, const void *nvtx_data) {
       const auto *p = static_cast<const PushExParams *>(data->params);
       // A message that is not a registered string (ascii) keeps the stack balanced as 0.
       uint64_t handle = 0;
-      if (p->attributes && p->attributes->message_type == kMessageRegistered)
+      if (p->attributes && p->attributes->message_type == kNvtxMessageRegistered)
         handle = reinterpret_cast<uint64_t>(p->attributes->message.registered);
       nvtx_push(reinterpret_cast<uint64_t>(p->domain), handle);
       break;

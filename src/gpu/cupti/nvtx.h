@@ -22,6 +22,23 @@
 
 namespace dctx::gpu {
 
+/* nvtxEventAttributes_t v2 up to the message (nvToolsExt.h), as both the CUPTI NVTX callback and
+ * our own injection receive it. Mirrored so that the layer builds without the nvtx3 headers. */
+struct NvtxEventAttributes {
+  uint16_t version, size;
+  uint32_t category;
+  int32_t color_type;
+  uint32_t color;
+  int32_t payload_type, reserved0;
+  uint64_t payload;
+  int32_t message_type;  // 1 ascii, 2 unicode, 3 registered
+  union {
+    const char *ascii;
+    const void *registered;
+  } message;
+};
+constexpr int32_t kNvtxMessageRegistered = 3;
+
 /* CUPTI_CBID_NVTX_* ids that nvtx_callback handles. */
 extern const uint32_t kNvtxCallbacks[4];
 

@@ -34,22 +34,6 @@ struct ExportTableCallbacks {
 };
 using GetExportTable = const void *(*)(uint32_t export_table_id);
 
-// nvtxEventAttributes_t v2 up to the message (nvToolsExt.h).
-struct EventAttributes {
-  uint16_t version, size;
-  uint32_t category;
-  int32_t color_type;
-  uint32_t color;
-  int32_t payload_type, reserved0;
-  uint64_t payload;
-  int32_t message_type;  // 1 ascii, 2 unicode, 3 registered
-  union {
-    const char *ascii;
-    const void *registered;
-  } message;
-};
-constexpr int32_t kMessageRegistered = 3;
-
 // Domain and string handles are addresses of objects kept until exit: one per domain name and
 // one per (domain, string), so registering the same string again returns the same handle and
 // memory stays bounded by the distinct strings (XLA registers one per thunk and module).
@@ -88,10 +72,10 @@ void *register_string(void *domain, const char *text) {
   return handle;
 }
 
-int range_push_ex(void *domain, const EventAttributes *attributes) {
+int range_push_ex(void *domain, const dctx::gpu::NvtxEventAttributes *attributes) {
   // A message that is not a registered string (ascii) keeps the stack balanced as 0.
   uint64_t handle = 0;
-  if (attributes && attributes->message_type == kMessageRegistered)
+  if (attributes && attributes->message_type == dctx::gpu::kNvtxMessageRegistered)
     handle = reinterpret_cast<uint64_t>(attributes->message.registered);
   return dctx::gpu::nvtx_push(reinterpret_cast<uint64_t>(domain), handle);
 }

@@ -10,7 +10,7 @@ only), and jax.profiler (start_trace/stop_trace around the script). The table sh
 per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
 with --long-factor times the steps (peak RSS should not grow with the number of steps).
 `--configs` may add "deepcontext, NVTX via CUPTI" (CUPTI as the NVTX injection, the old path);
-short names: nohlo, cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
+short names: nohlo, cmdbuf (command buffers left on), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
 `--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
 the native frames where the launching thread spends its time (DIR/diagnose.dctx).
 Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
@@ -48,7 +48,11 @@ CONFIGS = ["none", "deepcontext", "deepcontext --no-jax-hlo-ops", "jax.profiler"
 # Optional: XLA's NVTX ranges through CUPTI's NVTX injection and callbacks instead of our own.
 VIA_CUPTI = "deepcontext, NVTX via CUPTI"
 # Short names for --configs (shell-friendly: no spaces).
-ALIASES = {"nohlo": "deepcontext --no-jax-hlo-ops", "cupti-nvtx": VIA_CUPTI}
+ALIASES = {
+    "nohlo": "deepcontext --no-jax-hlo-ops",
+    "cmdbuf": "deepcontext --jax-command-buffers",
+    "cupti-nvtx": VIA_CUPTI,
+}
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 
 

@@ -237,6 +237,11 @@ def main() -> int:
         ("mlp", ["--model", "mlp"], []),
         ("transformer", ["--model", "transformer", "--batch", "32", "--width", "512"], []),
         ("mlp, command buffers on", ["--model", "mlp"], ["--jax-command-buffers"]),
+        (
+            "transformer, command buffers on",
+            ["--model", "transformer", "--batch", "32", "--width", "512"],
+            ["--jax-command-buffers"],
+        ),
     ]
     for label, model_args, dc_args in configs:
         prof = os.path.join(args.out, f"jax-{label.split(',')[0]}{'-cb' if dc_args else ''}.dctx")

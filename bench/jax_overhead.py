@@ -10,7 +10,7 @@ only), and jax.profiler (start_trace/stop_trace around the script). The table sh
 per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
 with --long-factor times the steps (peak RSS should not grow with the number of steps).
 `--configs` may add "deepcontext, NVTX via CUPTI" (CUPTI as the NVTX injection, the old path);
-short names: nohlo, cmdbuf (command buffers left on), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
+short names: nohlo, nocmdbuf (command buffers off), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
 `--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
 the native frames where the launching thread spends its time (DIR/diagnose.dctx).
 Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
@@ -50,7 +50,7 @@ VIA_CUPTI = "deepcontext, NVTX via CUPTI"
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
     "nohlo": "deepcontext --no-jax-hlo-ops",
-    "cmdbuf": "deepcontext --jax-command-buffers",
+    "nocmdbuf": "deepcontext --no-jax-command-buffers",
     "cupti-nvtx": VIA_CUPTI,
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
@@ -110,7 +110,7 @@ def diagnose(py: str, train_args: list[str], out_dir: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,transformer")
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--long-factor", type=int, default=4, help="0: skip the long-run RSS check")
     ap.add_argument(

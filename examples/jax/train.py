@@ -71,7 +71,7 @@ def main(argv=None) -> float:
     elapsed = time.perf_counter() - t0
     ms = elapsed / max(args.steps, 1) * 1e3
     print(
-        f"{args.model}: {args.steps} steps in {elapsed:.3f} s ({ms:.2f} ms/step), loss {loss:.4f}"
+        f"{args.model}: {args.steps} steps in {elapsed:.4f} s ({ms:.2f} ms/step), loss {loss:.4f}"
     )
     return elapsed
 

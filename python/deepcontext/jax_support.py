@@ -18,9 +18,12 @@ hook finishes the work right after `import jax` completes. Then:
   launch: kernels go under ``call site -> op_name path -> HLO op (model source line)``. For that
   this module points ``NVTX_INJECTION64_PATH`` at the GPU layer itself (its own NVTX injection,
   src/gpu/cupti/nvtx_injection.cpp; ``DEEPCONTEXT_NVTX_INJECTION=cupti`` names the CUPTI library
-  instead, whose NVTX callbacks cost about 2 ms per step of a small MLP on an H200), and
-  turns XLA's command buffers (CUDA graphs) off while profiling (``XLA_FLAGS``
-  ``--xla_gpu_enable_command_buffer=``), unless the user set either; the profile's meta says so.
+  instead, whose NVTX callbacks cost about 2 ms per step of a small MLP on an H200). XLA's
+  command buffers (CUDA graphs) stay on: XLA captures each graph inside its thunk ranges, so the
+  CUPTI layer puts every graph node, and the kernels replayed from it, under the HLO op of its
+  capture. ``--no-jax-command-buffers`` turns them off while profiling (``XLA_FLAGS``
+  ``--xla_gpu_enable_command_buffer=``: each thunk launched on its own, slower); the profile's
+  meta says which.
 - With ``--native`` on XLA:CPU, samples in JIT-compiled kernels (registered through the GDB JIT
   interface) are named after their HLO instruction and op_name, with the model's source line,
   when the core offers a symbolizer hook (``dctx_register_symbolizer``).
@@ -82,12 +85,13 @@ def add_arguments(parser) -> None:
         "site without op path and HLO op; XLA's flags are left alone)",
     )
     g.add_argument(
-        "--jax-command-buffers",
+        "--no-jax-command-buffers",
         dest="jax_command_buffers",
-        action="store_true",
-        default=False,
-        help="leave XLA's GPU command buffers (CUDA graphs) on: their kernels then go under the "
-        "jitted call site without their HLO op",
+        action="store_false",
+        default=True,
+        help="GPU: turn XLA's command buffers (CUDA graphs) off while profiling (each thunk then "
+        "launches its kernels itself; slower, same attribution: graph kernels are attributed "
+        "where XLA captured them)",
     )
 
 
@@ -556,16 +560,18 @@ def _cuda_plugin_present() -> bool:
 
 
 def _prepare_gpu_environment(options: dict) -> None:
-    """Before jax creates its GPU client: no command buffers (their kernels carry no thunk
-    range), unless the user chose otherwise."""
+    """Before jax creates its GPU client: our NVTX injection, and command buffers off if asked."""
     if not options.get("gpu", True) or not options.get("jax_hlo_ops", True):
         return
     if not _cuda_plugin_present():
         return
     _early_nvtx_injection()
     flags = os.environ.get("XLA_FLAGS", "")
-    if options.get("jax_command_buffers") or "xla_gpu_enable_command_buffer" in flags:
-        _meta("jax_command_buffers", "user" if "xla_gpu_enable_command_buffer" in flags else "on")
+    if "xla_gpu_enable_command_buffer" in flags:
+        _meta("jax_command_buffers", "user (XLA_FLAGS)")
+        return
+    if options.get("jax_command_buffers", True):
+        _meta("jax_command_buffers", "on (graph nodes attributed where XLA captured them)")
         return
     if "jax" in sys.modules and _jax_backend_started():
         _meta("jax_command_buffers", "on (jax's GPU client already started)")

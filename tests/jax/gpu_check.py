@@ -5,16 +5,11 @@
 1. Attribution: the example MLP (4 layers) and the small transformer, each profiled by
    `deepcontext run`; of all kernel gpu_time, the share under an HLO op node with a source line
    (through its op_name path) and the share under a line of the model file; cuBLAS/cuDNN-style
-   kernels under a dot/conv op; the XLA NVTX counters; the same with command buffers left on.
+   kernels under a dot/conv op; the XLA NVTX counters; the same with command buffers off.
 2. Overhead: the MLP's time per step (100 steps after warm-up), each configuration in its own
    process, best of --repeat: no profiler, deepcontext, jax.profiler; peak RSS of deepcontext at
-   N and 4N steps (flat in the number of steps). Then the breakdown (--breakdown-repeat runs
-   each; 0 skips it), which separates what deepcontext changes in XLA from our own work:
-   no profiler with command buffers off (what deepcontext sets), + NVTX pointed at libcupti (XLA's
-   annotations and CUPTI's NVTX injection, no subscriber), deepcontext without NVTX/HLO ops with
-   command buffers off (CUPTI tracing and our launch path), deepcontext with its NVTX callbacks
-   off (DEEPCONTEXT_CUPTI_NVTX=0: the injection runs, our handlers do not); and the NVTX path's
-   CPU microbenchmark (bench/jax_nvtx/run.py) on this host.
+   N and 4N steps (flat in the number of steps). bench/jax_overhead.py (step jaxbench) compares
+   more configurations, and its --diagnose shows where deepcontext's own time goes.
 3. Coexistence: jax.profiler.start_trace inside a deepcontext run: no crash, one message.
 
 Prints one PASS/FAIL line per check and a summary table; writes DIR/jax_gpu.json.
@@ -136,87 +131,11 @@ def attribution(path: str) -> dict:
     }
 
 
-def breakdown(args, py: str, base: list, best: dict, results: dict) -> dict:
-    """Where deepcontext's time per step goes (see the module docstring); prints a table."""
-    if args.breakdown_repeat <= 0 or "none" not in best:
-        return {}
-    cupti = None
-    for key, a in results.items():
-        if key.startswith("attribution ") and isinstance(a, dict):
-            cupti = cupti or (a.get("meta") or {}).get("cupti_library")
-    cb_off = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=")}
-    dc = [py, "-m", "deepcontext", "run", "-q"]
-    modes = {
-        "none, command buffers off": ([py, *base], cb_off),
-        "deepcontext, no NVTX/HLO ops, command buffers off": (
-            [*dc, "--no-jax-hlo-ops", "-o", os.path.join(args.out, "bd-nohlo.dctx"), *base],
-            cb_off,
-        ),
-        "deepcontext, NVTX callbacks off": (
-            [*dc, "-o", os.path.join(args.out, "bd-nocb.dctx"), *base],
-            {"DEEPCONTEXT_CUPTI_NVTX": "0"},
-        ),
-    }
-    if cupti:
-        modes["none, command buffers off, NVTX to libcupti"] = (
-            [py, *base],
-            {**cb_off, "NVTX_INJECTION64_PATH": cupti},
-        )
-    times: dict[str, float] = {}
-    for _ in range(args.breakdown_repeat):
-        for mode, (cmd, env) in modes.items():
-            rc, out, _ = run(cmd, env=env)
-            t = ms_per_step(out)
-            if rc == 0 and t:
-                times[mode] = min(times.get(mode, t), t)
-            else:
-                print(f"breakdown {mode} failed rc={rc}: {out[-800:]}", flush=True)
-    times.update(best)
-    print("\n== jax GPU overhead breakdown (ms/step, MLP)")
-    for mode, t in sorted(times.items(), key=lambda kv: kv[1]):
-        print(f"  {t:8.3f}  {t / best['none']:6.2f}x  {mode}")
-
-    def delta(a: str, b: str) -> float | None:
-        return round(times[b] - times[a], 4) if a in times and b in times else None
-
-    parts = {
-        "command buffers off (XLA)": delta("none", "none, command buffers off"),
-        "XLA NVTX annotations + CUPTI injection, no subscriber": delta(
-            "none, command buffers off", "none, command buffers off, NVTX to libcupti"
-        ),
-        "CUPTI tracing + our launch path (no NVTX)": delta(
-            "none, command buffers off", "deepcontext, no NVTX/HLO ops, command buffers off"
-        ),
-        "our NVTX callbacks (CUPTI dispatch + handlers)": delta(
-            "deepcontext, NVTX callbacks off", "deepcontext"
-        ),
-        "NVTX injection under deepcontext (callbacks off)": delta(
-            "deepcontext, no NVTX/HLO ops, command buffers off", "deepcontext, NVTX callbacks off"
-        ),
-    }
-    for name, v in parts.items():
-        print(f"  {'' if v is None else f'{v:+.3f}':>9s}  {name}")
-    bench = {}
-    rc, out, _ = run([py, os.path.join(ROOT, "bench", "jax_nvtx", "run.py"), "--layer", layer()])
-    print(out.strip()[-1500:], flush=True)
-    for line in out.splitlines():
-        if line.startswith("JSON "):
-            bench = json.loads(line[5:])
-    return {"ms_per_step": times, "deltas_ms": parts, "nvtx_bench": bench}
-
-
-def layer() -> str:
-    import deepcontext
-
-    return os.path.join(os.path.dirname(deepcontext.__file__), "libdeepcontext_cupti.so")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out-gpu"))
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--breakdown-repeat", type=int, default=1)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -236,11 +155,11 @@ def main() -> int:
     configs = [
         ("mlp", ["--model", "mlp"], []),
         ("transformer", ["--model", "transformer", "--batch", "32", "--width", "512"], []),
-        ("mlp, command buffers on", ["--model", "mlp"], ["--jax-command-buffers"]),
+        ("mlp, command buffers off", ["--model", "mlp"], ["--no-jax-command-buffers"]),
         (
-            "transformer, command buffers on",
+            "transformer, command buffers off",
             ["--model", "transformer", "--batch", "32", "--width", "512"],
-            ["--jax-command-buffers"],
+            ["--no-jax-command-buffers"],
         ),
     ]
     for label, model_args, dc_args in configs:
@@ -253,7 +172,7 @@ def main() -> int:
         a = attribution(prof)
         results[f"attribution {label}"] = a
         print(json.dumps(a, indent=1), flush=True)
-        want = 0.95 if not dc_args else 0.0
+        want = 0.95
         check(
             f"attribution {label}",
             a["share_hlo_op_with_source"] >= want and a["kernels"] > 0,
@@ -316,13 +235,6 @@ def main() -> int:
             f"({ratio:.2f}x)"
             + (f", {nohlo:.3f} without NVTX/HLO ops ({nohlo / best['none']:.2f}x)" if nohlo else "")
             + (f", {jp:.3f} with jax.profiler ({jp / best['none']:.2f}x)" if jp else ""),
-        )
-    results["breakdown"] = breakdown(args, py, base, best, results)
-    if results["breakdown"]:
-        deltas = results["breakdown"]["deltas_ms"]
-        lines.append(
-            "INFO  overhead breakdown (ms/step): "
-            + "; ".join(f"{k} {v:+.3f}" for k, v in deltas.items() if v is not None)
         )
     long_cmd = list(modes["deepcontext"])
     long_cmd[long_cmd.index("--steps") + 1] = str(args.steps * 4)

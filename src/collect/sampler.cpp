@@ -65,6 +65,7 @@ struct State {
   std::vector<pid_t> python_tids;  // kernel ids of the threads sampled through their tstate
   pid_t self_tid = 0;
   int scan_countdown = 0;  // ticks until /proc/self/task is read again
+  bool scanned = false;    // the first scan (threads that were there when sampling started) done
   std::string process_comm;
   bool counters_ok = true;
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr;
@@ -229,8 +230,11 @@ void scan_tasks(State &s) {
     // The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
     // clock_gettime accepts for any thread of this process.
     t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
-    t.last_cpu = now_ns(t.clock);
-    t.fresh = true;
+    // A thread that was there when sampling started is measured from now on. One found later
+    // started since the last scan (up to ten ticks ago): all of its CPU time so far is in the
+    // profiled window and goes to its first sample, so a short-lived thread is not undercounted.
+    t.last_cpu = s.scanned ? 0 : now_ns(t.clock);
+    t.fresh = !s.scanned;
     std::string comm = read_comm(tid);
     t.skip = comm.rfind("dctx-", 0) == 0;
     if (tid == getpid()) {
@@ -241,6 +245,7 @@ void scan_tasks(State &s) {
     t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
   }
   closedir(dir);
+  s.scanned = true;
   for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
     if (it->second.seen) {
       ++it;
@@ -344,6 +349,8 @@ void sampler_start(const SamplerOptions &opts) {
   if (!g) g = new State();
   g->opts = opts;
   g->stop = false;
+  g->scanned = false;
+  g->scan_countdown = 0;
   g->m_cpu = tree().metric("cpu_time", "ns", "thread CPU time, by sampling");
   g->m_wall = tree().metric("wall_time", "ns", "wall time, by sampling");
   g->m_samples = tree().metric("samples", "count", "CPU samples");

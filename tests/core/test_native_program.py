@@ -15,14 +15,34 @@ SOURCE = r"""
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 __attribute__((noinline)) double heavy(long n) { double x = 0; for (long i = 0; i < n; i++) x += (double)i * 1e-9; return x; }
 __attribute__((noinline)) double light(long n) { double x = 0; for (long i = 0; i < n; i++) x += (double)i * 2e-9; return x; }
 static long scale;
 /* The worker lingers after its work: a thread that has exited can no longer be read. */
 void *worker(void *a) { (void)a; printf("%f\n", light(scale)); usleep(300000); return NULL; }
+/* Started late (after the sampler's first look at the threads): prints the CPU time it used. */
+void *late(void *a) {
+  (void)a;
+  printf("%f\n", light(scale));
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  printf("late cpu %ld\n", (long)ts.tv_sec * 1000000000L + ts.tv_nsec);
+  fflush(stdout);
+  usleep(300000);
+  return NULL;
+}
 int main(int argc, char **argv) {
   scale = atol(argv[1]);
+  if (argc > 3 && strcmp(argv[3], "late") == 0) {
+    usleep(250000);
+    pthread_t t;
+    pthread_create(&t, NULL, late, NULL);
+    pthread_join(t, NULL);
+    return 0;
+  }
   if (argc > 3) { printf("ready %f\n", heavy(scale)); fflush(stdout); pause(); }  /* waits for a signal */
   pthread_t t;
   pthread_create(&t, NULL, worker, NULL);
@@ -72,6 +92,23 @@ def test_native_program_threads_and_functions(program, tmp_path):
     main = next(n for n in p.root.children if n.frame.name == "MainThread")
     assert any(n.frame.name == "main" for n in main.walk())
     assert not any(n.frame.name.startswith("dctx-") for n in p.root.children)
+
+
+def test_thread_started_later_keeps_its_cpu_time(program, tmp_path):
+    """A thread found by a later scan of the process's threads gets the CPU time it used before
+    it was found (it started inside the profiled window), not only what it used after."""
+    out = tmp_path / "late.dctx"
+    proc = _run(out, str(program), "100000000", "0", "late")
+    assert proc.returncode == 0, proc.stderr
+    used = next(int(x.split()[-1]) for x in proc.stdout.splitlines() if x.startswith("late cpu"))
+    p = deepcontext.load(str(out))
+    workers = [
+        n for n in p.root.children if n.frame.kind == "thread" and n.frame.name != "MainThread"
+    ]
+    got = sum(n.inclusive("cpu_time") for n in workers)
+    # Sampling at 10 ms: within a couple of ticks of what the thread measured itself.
+    assert got >= 0.8 * used - 20e6, (got, used)
+    assert got <= 1.2 * used + 20e6, (got, used)
 
 
 def test_native_program_sigterm_writes_the_profile(program, tmp_path):

@@ -106,6 +106,8 @@ size_t dctx_path(dctx_node node, dctx_frame *out, size_t max);
 /* Metrics. Values are summed at the node (exclusive); inclusive values are computed on write. */
 dctx_metric dctx_metric_id(const char *name, const char *unit, const char *description);
 void dctx_add(dctx_node node, dctx_metric metric, double value);
+/* dctx_add of two metrics of one node in one call (per-operator time and count). */
+void dctx_add2(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2);
 /* A per-node property (e.g. input shapes, kernel grid); the last value wins. */
 void dctx_set_prop(dctx_node node, const char *key, const char *value);
 /* Called on the writer's thread before every write of the profile (checkpoint or final), so a

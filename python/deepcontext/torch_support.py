@@ -6,9 +6,10 @@ libdeepcontext_torch.so (src/frameworks/torch/torch_adapter.cpp), compiled again
 torch: built with the package when torch was importable then, else compiled here on first use into
 ~/.cache/deepcontext/torch-adapter-<torch version>-<hash>/ (one message, about 10 s, once).
 
-nn.Module paths come from global forward pre/post hooks: each hook tells the adapter the module
-path of the calling thread (a frame such as `model.encoder.layers.3`), and the adapter places it
-between the Python frames and the outermost operator.
+nn.Module paths come from global forward pre/post hooks written in C (src/python/module_hooks.cpp):
+they tell the adapter the module path of the calling thread (a frame such as
+`model.encoder.layers.3`), and the adapter places it between the Python frames and the outermost
+operator; Python only names a module the first time it is seen.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
-import weakref
 
 from .import_hook import AfterImport
 
@@ -133,10 +132,8 @@ def deactivate() -> None:
         except Exception:
             pass
     _hook_handles.clear()
-    st = getattr(_tls, "modules", None)
-    if st is not None:
-        st.stack.clear()
-        st.cell.value = 0
+    if _hook_handles_core_loaded():
+        _core().module_hooks_enable(False)
     _unpatch_torch_profiler()
     if _installed and _lib is not None:
         ops, matched, unmatched = stats()
@@ -150,6 +147,10 @@ def _core():
     from . import _core as core
 
     return core
+
+
+def _hook_handles_core_loaded() -> bool:
+    return "deepcontext._core" in sys.modules  # never import it from a fork handler
 
 
 def _on_torch_imported() -> None:
@@ -166,7 +167,7 @@ def _on_torch_imported() -> None:
         if lib.dctx_torch_install(flags) != 0:
             raise RuntimeError("could not register the RecordFunction callback")
         _installed = True
-        if flags & FLAG_MODULES and not _hook_handles:
+        if flags & FLAG_MODULES:
             _install_module_hooks(lib)
         if flags & FLAG_MEMORY:
             _patch_torch_profiler(lib)
@@ -217,6 +218,8 @@ def _after_fork_child() -> None:
     if _lib is not None and _installed:
         _lib.dctx_torch_disable_in_child()
     _installed = False  # the module hooks stay registered (inert); a restart reuses them
+    if _hook_handles_core_loaded():
+        _core().module_hooks_enable(False)
 
 
 def stats() -> tuple[int, int, int]:
@@ -289,9 +292,6 @@ def _unpatch_torch_profiler() -> None:
 # nn.Module paths
 # ------------------------------------------------------------------------------------------------
 
-_tls = threading.local()
-_paths: dict[int, tuple] = {}  # id(module) -> (weakref, id(parent) or None, frame id, path)
-
 
 def _root_name(module) -> str:
     """The name the calling code holds the root module under (`model`), else its class name."""
@@ -312,79 +312,44 @@ def _root_name(module) -> str:
     return type(module).__name__
 
 
-def _module_entry(lib, module, parent_entry):
-    """(weakref, id(parent), frame id, path) for module called inside parent_entry's module."""
-    pid = id(parent_entry[4]) if parent_entry is not None else None
-    if parent_entry is None:
+def _resolve_module(module, parent, parent_path):
+    """(frame id, path) of module called inside parent (None: a root). The C hooks call this the
+    first time they see a module under a given parent and cache the answer."""
+    if parent is None:
         path = _root_name(module)
     else:
         name = None
-        for k, v in parent_entry[4]._modules.items():
+        for k, v in parent._modules.items():
             if v is module:
                 name = k
                 break
-        path = f"{parent_entry[3]}.{name}" if name is not None else type(module).__name__
-    fid = lib.dctx_torch_module_frame(path.encode())
-    if len(_paths) > 100000:
-        _paths.clear()
-    entry = (weakref.ref(module), pid, fid, path)
-    _paths[id(module)] = entry
-    return entry
-
-
-class _ThreadModules:
-    """The calling thread's running modules and its view of the adapter's module cell."""
-
-    __slots__ = ("stack", "cell")
-
-    def __init__(self, lib):
-        self.stack: list = []  # (weakref, id(parent), frame id, path, module) per running module
-        self.cell = ctypes.c_uint32.from_address(lib.dctx_torch_module_cell())
+        if name is None:  # held by a container that is not called (ModuleList, ModuleDict)
+            try:
+                name = next((k for k, v in parent.named_modules() if v is module and k), None)
+            except Exception:
+                name = None
+        path = f"{parent_path}.{name}" if name is not None else type(module).__name__
+    return (_lib.dctx_torch_module_frame(path.encode()), path)
 
 
 def _install_module_hooks(lib) -> None:
+    """Global forward pre/post hooks implemented in the core (_core.module_pre_hook/post_hook):
+    they keep each thread's running modules and set the adapter's module cell without running
+    Python per call. Registered once per process; a later session reconfigures them."""
+    core = _core()
+    cell_fn = ctypes.cast(lib.dctx_torch_module_cell, ctypes.c_void_p).value
+    core.module_hooks_configure(cell_fn, _resolve_module)
+    if _hook_handles:
+        return
     from torch.nn.modules import module as nn_module
 
-    def pre_hook(module, args):
-        if not _installed:
-            return None
-        try:
-            st = _tls.modules
-        except AttributeError:
-            st = _tls.modules = _ThreadModules(lib)
-        stack = st.stack
-        parent = stack[-1] if stack else None
-        entry = _paths.get(id(module))
-        if (
-            entry is None
-            or entry[0]() is not module
-            or entry[1] != (id(parent[4]) if parent is not None else None)
-        ):
-            entry = _module_entry(lib, module, parent)
-        stack.append((*entry, module))
-        st.cell.value = entry[2]
-        return None
-
-    def post_hook(module, args, output):
-        st = getattr(_tls, "modules", None)
-        if st is None or not st.stack:
-            return None
-        stack = st.stack
-        if stack[-1][4] is module:
-            stack.pop()
-        else:  # an exception inside a child (always_call): unwind to this module's own entry
-            for i in range(len(stack) - 2, -1, -1):
-                if stack[i][4] is module:
-                    del stack[i:]
-                    break
-        st.cell.value = stack[-1][2] if stack else 0
-        return None
-
-    _hook_handles.append(nn_module.register_module_forward_pre_hook(pre_hook))
+    _hook_handles.append(nn_module.register_module_forward_pre_hook(core.module_pre_hook))
     try:
-        _hook_handles.append(nn_module.register_module_forward_hook(post_hook, always_call=True))
+        _hook_handles.append(
+            nn_module.register_module_forward_hook(core.module_post_hook, always_call=True)
+        )
     except TypeError:  # torch < 2.0
-        _hook_handles.append(nn_module.register_module_forward_hook(post_hook))
+        _hook_handles.append(nn_module.register_module_forward_hook(core.module_post_hook))
 
 
 # ------------------------------------------------------------------------------------------------

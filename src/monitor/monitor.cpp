@@ -291,6 +291,9 @@ dctx_metric dctx_metric_id(const char *name, const char *unit, const char *descr
   return tree().metric(name ? name : "", unit ? unit : "", description ? description : "");
 }
 void dctx_add(dctx_node node, dctx_metric metric, double value) { tree().add(node, metric, value); }
+void dctx_add2(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2) {
+  tree().add2(node, m1, v1, m2, v2);
+}
 void dctx_set_prop(dctx_node node, const char *key, const char *value) {
   tree().set_prop(node, key ? key : "", value ? value : "");
 }

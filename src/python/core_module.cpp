@@ -8,6 +8,7 @@
 
 #include "deepcontext/monitor.h"
 #include "monitor/session.h"
+#include "python/module_hooks.h"
 #include "tree/cct.h"
 
 namespace nb = nanobind;
@@ -28,6 +29,7 @@ std::string library_path() {
 
 NB_MODULE(_core, m) {
   m.doc() = "Native core of DeepContext (calling-context tree, sampler, .dctx writer).";
+  dctx::bind_module_hooks(m);
   m.def(
       "start",
       [](const std::string &output, const std::string &hidden_prefix, unsigned long main_thread,

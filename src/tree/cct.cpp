@@ -130,6 +130,13 @@ void Tree::add(dctx_node n, dctx_metric m, double v) {
   s.acc[Shard::key(n, m)].add(v);
 }
 
+void Tree::add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2) {
+  Shard &s = my_shard();
+  std::lock_guard lock(s.mu);
+  s.acc[Shard::key(n, m1)].add(v1);
+  s.acc[Shard::key(n, m2)].add(v2);
+}
+
 void Tree::set_prop(dctx_node n, std::string_view key, std::string_view value) {
   std::lock_guard lock(mu_);
   auto &slot = props_[{n, std::string(key)}];

@@ -2,6 +2,8 @@
 // and metrics accumulated in per-thread shards that are merged only when the profile is written.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -60,10 +62,26 @@ struct MetricInfo {
   std::string name, unit, description;
 };
 
+// The lock of a shard: taken by its owner thread per update and by the writer while it merges the
+// shard (checkpoints, the final write), so it is almost never contended; an atomic flag costs the
+// update path less than a mutex. A waiter yields, since the writer may hold it for a while.
+class ShardLock {
+ public:
+  void lock() noexcept {
+    while (held_.exchange(true, std::memory_order_acquire)) {
+      while (held_.load(std::memory_order_relaxed)) sched_yield();
+    }
+  }
+  void unlock() noexcept { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
+
 // A thread's private metric accumulators, keyed by (node, metric). Only its owner thread writes;
 // the lock is taken by the owner per update (uncontended) and by the writer at flush.
 struct Shard {
-  std::mutex mu;
+  ShardLock mu;
   std::unordered_map<uint64_t, Acc> acc;
   // Peak-style metrics (max of a running value) are merged with max, not sum.
   static uint64_t key(dctx_node n, dctx_metric m) { return (uint64_t(n) << 16) | m; }
@@ -86,6 +104,8 @@ class Tree {
 
   dctx_metric metric(std::string_view name, std::string_view unit, std::string_view desc);
   void add(dctx_node n, dctx_metric m, double v);
+  // Two metrics of one node under one lock (an operator's time and count).
+  void add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2);
   void set_prop(dctx_node n, std::string_view key, std::string_view value);
   void note(std::string_view msg);
   void set_meta(std::string_view key, std::string_view value);

@@ -323,3 +323,54 @@ def test_flags_turn_parts_off(tmp_path):
     out2 = tmp_path / "none.dctx"
     run_deepcontext(tmp_path, "-q", "--no-torch", "-o", str(out2), str(prog))
     assert not dprof.load(out2).find("aten::ones")
+
+
+MODULES_PROGRAM = """
+import torch
+from torch import nn
+
+
+class Fails(nn.Module):
+    def forward(self, x):
+        torch.relu(x)
+        raise ValueError("no")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+        self.bad = Fails()
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        try:
+            self.bad(x)
+        except ValueError:
+            pass
+        return torch.tanh(x)  # AFTER
+
+
+net = Net()
+for _ in range(20):
+    net(torch.randn(4, 8)).sum().backward()
+"""
+
+
+def test_module_frames_name_list_items_and_unwind_after_an_exception(tmp_path):
+    prog = write_program(tmp_path, MODULES_PROGRAM)
+    out = tmp_path / "mods.dctx"
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    modules = {n.frame.name for n in p.find(kind="module")}
+    assert {"net.layers.0", "net.layers.1", "net.layers.2", "net.bad"} <= modules, modules
+    relu = [n for n in p.find("aten::relu") if n.parent.frame.kind == "module"]
+    assert relu and all(n.parent.frame.name == "net.bad" for n in relu)
+    # The module that raised is closed: what its parent runs next is under the parent's path.
+    tanh = p.find("aten::tanh")
+    assert tanh and all(
+        n.parent.frame.kind != "module" or n.parent.frame.name == "net" for n in tanh
+    ), [n.parent.frame.name for n in tanh]
+    assert all(has_line(n, "prog.py", line_of(prog, "# AFTER")) for n in tanh)
+    assert sum(n.exclusive("op_count") for n in tanh) == 20

@@ -157,6 +157,13 @@ struct NameSlot {
 
 constexpr size_t kNameSlots = 512;
 
+// Lookup by string_view without building a std::string (names of backward functions live in the
+// record itself, so their pointer changes from call to call and the slot cache misses).
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>()(s); }
+};
+
 struct ThreadState {
   uint32_t generation = 0;
   std::vector<OpEntry> ops;
@@ -164,7 +171,7 @@ struct ThreadState {
   // forward hooks through a ctypes view of this field (dctx_torch_module_cell).
   uint32_t module_frame = 0;
   NameSlot name_cache[kNameSlots];
-  std::unordered_map<std::string, uint32_t> names;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> names;
   std::unordered_map<uint64_t, uint32_t> shape_frames;   // (name frame, shapes hash) -> frame
   std::unordered_map<uint32_t, std::string> shape_text;  // shaped frame -> its signature
   std::unordered_map<dctx_node, bool> shaped_nodes;      // nodes that have their "shapes" prop
@@ -203,8 +210,8 @@ uint32_t op_frame(ThreadState &ts, const char *name) {
   if (name == nullptr) name = "<unnamed>";
   size_t h = (reinterpret_cast<uintptr_t>(name) >> 3) & (kNameSlots - 1);
   NameSlot &slot = ts.name_cache[h];
-  if (slot.ptr == name && slot.frame != 0 && slot.name == name) return slot.frame;
-  std::string key(name);
+  const std::string_view key(name);
+  if (slot.ptr == name && slot.frame != 0 && slot.name == key) return slot.frame;
   uint32_t frame;
   auto it = ts.names.find(key);
   if (it != ts.names.end()) {
@@ -212,10 +219,10 @@ uint32_t op_frame(ThreadState &ts, const char *name) {
   } else {
     frame = frame_for(DCTX_FRAME_OPERATOR, name, nullptr);
     if (ts.names.size() > 65536) ts.names.clear();  // dynamic names (user scopes): stay bounded
-    ts.names.emplace(key, frame);
+    ts.names.emplace(std::string(key), frame);
   }
   slot.ptr = name;
-  slot.name = std::move(key);
+  slot.name.assign(key);  // reuses the slot's buffer
   slot.frame = frame;
   return frame;
 }
@@ -505,8 +512,7 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
     int64_t excl = elapsed - e.child_ns;
     if (excl < 0) excl = 0;
     if (g_enabled.load(std::memory_order_relaxed)) {
-      dctx_add(e.node, g_m_op_time, double(excl));
-      dctx_add(e.node, g_m_op_count, 1.0);
+      dctx_add2(e.node, g_m_op_time, double(excl), g_m_op_count, 1.0);
       if (dctx_timeline_on())
         dctx_timeline_record(DCTX_FRAME_OPERATOR, e.node, e.start_ns, t, e.step);
     }

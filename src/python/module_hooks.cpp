@@ -1,0 +1,164 @@
+// nn.Module path frames: the global forward pre/post hooks that deepcontext.torch_support
+// registers, as C functions. torch calls them around every module call, so the Python versions
+// cost as much as torch's own hook dispatch; these keep each thread's running modules in C++ and
+// write the innermost one's frame id into the torch adapter's per-thread module cell. Only a module
+// seen for the first time (or under another parent) calls back into Python to name its path.
+//
+// Everything here runs with the GIL held (torch calls the hooks from Python), which also guards
+// the shared cache.
+#include "python/module_hooks.h"
+
+#include <Python.h>
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace dctx {
+namespace {
+
+using CellFn = uint32_t *(*)();
+
+struct Known {
+  PyObject *weak = nullptr;    // weak reference to the module (owned)
+  PyObject *parent = nullptr;  // the enclosing module it was named under (identity only)
+  uint32_t frame = 0;
+  std::string path;
+};
+
+struct Running {
+  PyObject *module;  // borrowed: alive while its forward runs
+  const Known *known;
+};
+
+struct ThreadModules {
+  std::vector<Running> stack;
+  uint32_t *cell = nullptr;
+  uint64_t generation = 0;
+};
+
+bool g_enabled = false;
+uint64_t g_generation = 0;  // bumped by configure: thread states start over
+CellFn g_cell = nullptr;
+PyObject *g_resolve =
+    nullptr;  // resolve(module, parent or None, parent path or None) -> (frame, path)
+std::unordered_map<PyObject *, Known> *g_known = nullptr;
+
+ThreadModules &thread_modules() {
+  thread_local ThreadModules t;
+  if (t.generation != g_generation) {
+    t.stack.clear();
+    t.cell = g_cell != nullptr ? g_cell() : nullptr;
+    t.generation = g_generation;
+  }
+  return t;
+}
+
+PyObject *referent(PyObject *weak) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *obj = nullptr;
+  if (PyWeakref_GetRef(weak, &obj) != 1) return nullptr;
+  Py_DECREF(obj);  // identity only; the caller holds the module
+  return obj;
+#else
+  return PyWeakref_GetObject(weak);
+#endif
+}
+
+// The cached naming of module under parent, or a fresh one from Python (nullptr on error).
+const Known *lookup(PyObject *module, const Running *parent) {
+  PyObject *parent_obj = parent != nullptr ? parent->module : nullptr;
+  auto it = g_known->find(module);
+  if (it != g_known->end() && it->second.parent == parent_obj &&
+      referent(it->second.weak) == module)
+    return &it->second;
+  if (g_known->size() > 100000) {
+    for (auto &[k, v] : *g_known) Py_XDECREF(v.weak);
+    g_known->clear();
+    it = g_known->end();
+  }
+  PyObject *res =
+      PyObject_CallFunction(g_resolve, "OOs", module, parent_obj != nullptr ? parent_obj : Py_None,
+                            parent != nullptr ? parent->known->path.c_str() : nullptr);
+  if (res == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  unsigned long frame = 0;
+  const char *path = nullptr;
+  if (!PyArg_ParseTuple(res, "ks", &frame, &path)) {
+    Py_DECREF(res);
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject *weak = PyWeakref_NewRef(module, nullptr);
+  if (weak == nullptr) {
+    Py_DECREF(res);
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (it == g_known->end()) it = g_known->emplace(module, Known{}).first;
+  Known &k = it->second;
+  Py_XDECREF(k.weak);
+  k.weak = weak;
+  k.parent = parent_obj;
+  k.frame = static_cast<uint32_t>(frame);
+  k.path = path;
+  Py_DECREF(res);
+  return &k;
+}
+
+void set_cell(ThreadModules &t) {
+  if (t.cell != nullptr) *t.cell = t.stack.empty() ? 0 : t.stack.back().known->frame;
+}
+
+void pre_hook(nb::handle module, nb::handle /*args*/) {
+  if (!g_enabled) return;
+  ThreadModules &t = thread_modules();
+  const Known *k = lookup(module.ptr(), t.stack.empty() ? nullptr : &t.stack.back());
+  if (k == nullptr) return;  // unnamed: its operators stay under the enclosing module
+  t.stack.push_back(Running{module.ptr(), k});
+  set_cell(t);
+}
+
+void post_hook(nb::handle module, nb::handle /*args*/, nb::handle /*output*/) {
+  ThreadModules &t = thread_modules();
+  if (t.stack.empty()) return;
+  // Normally the top; after an exception inside a child (always_call), unwind to this module.
+  for (size_t i = t.stack.size(); i-- > 0;) {
+    if (t.stack[i].module == module.ptr()) {
+      t.stack.resize(i);
+      break;
+    }
+  }
+  set_cell(t);
+}
+
+}  // namespace
+
+void bind_module_hooks(nb::module_ &m) {
+  m.def(
+      "module_hooks_configure",
+      [](uintptr_t cell_fn, nb::object resolve) {
+        if (g_known == nullptr) g_known = new std::unordered_map<PyObject *, Known>();
+        Py_XDECREF(g_resolve);
+        g_resolve = resolve.release().ptr();
+        g_cell = reinterpret_cast<CellFn>(cell_fn);
+        ++g_generation;
+        g_enabled = true;
+      },
+      "Route the module hooks' frame ids to the adapter's cell function; resolve names paths.");
+  m.def("module_hooks_enable", [](bool on) { g_enabled = on; });
+  // Any object may come as args or output (None: a forward that returned nothing or raised).
+  m.def("module_pre_hook", &pre_hook, nb::arg("module"), nb::arg("args").none());
+  m.def("module_post_hook", &post_hook, nb::arg("module"), nb::arg("args").none(),
+        nb::arg("output").none());
+  m.def("module_stack_depth", [] { return thread_modules().stack.size(); });
+}
+
+}  // namespace dctx

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ struct NativeThread {
   bool skip = false;  // our own threads
   bool seen = false;
   bool fresh = false;  // found by the last scan
+  bool young = false;  // found after sampling started: its next delta counts from its start
 };
 
 struct State {
@@ -65,6 +67,7 @@ struct State {
   std::vector<pid_t> python_tids;  // kernel ids of the threads sampled through their tstate
   pid_t self_tid = 0;
   int scan_countdown = 0;  // ticks until /proc/self/task is read again
+  nlink_t task_links = 0;  // link count of /proc/self/task at the last scan: 2 + threads
   bool scanned = false;    // the first scan (threads that were there when sampling started) done
   std::string process_comm;
   bool counters_ok = true;
@@ -231,10 +234,12 @@ void scan_tasks(State &s) {
     // clock_gettime accepts for any thread of this process.
     t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
     // A thread that was there when sampling started is measured from now on. One found later
-    // started since the last scan (up to ten ticks ago): all of its CPU time so far is in the
-    // profiled window and goes to its first sample, so a short-lived thread is not undercounted.
+    // started since the last scan, normally within the last tick (a change in the thread count
+    // triggers a scan): its CPU time so far is in the profiled window and goes to its first
+    // sample, like any tick's CPU time goes to the context seen at the tick.
     t.last_cpu = s.scanned ? 0 : now_ns(t.clock);
     t.fresh = !s.scanned;
+    t.young = s.scanned;
     std::string comm = read_comm(tid);
     t.skip = comm.rfind("dctx-", 0) == 0;
     if (tid == getpid()) {
@@ -262,7 +267,13 @@ void scan_tasks(State &s) {
 // without the GIL. 3.10 keeps no kernel id in the tstate, so this needs 3.11+.
 void tick_native(State &s) {
 #if PY_VERSION_HEX >= 0x030B0000
-  if (s.scan_countdown == 0) {
+  // procfs gives /proc/<pid>/task a link count of 2 + its threads: a stat per tick finds new
+  // threads within a tick; the full scan every tenth tick catches one that replaced another.
+  struct stat st{};
+  const bool count_changed =
+      stat("/proc/self/task", &st) == 0 && st.st_nlink != s.task_links && s.scanned;
+  if (s.scan_countdown == 0 || count_changed) {
+    s.task_links = st.st_nlink;
     scan_tasks(s);
     s.scan_countdown = 10;
   }
@@ -288,6 +299,8 @@ void tick_native(State &s) {
     }
     uint64_t delta = cpu > t.last_cpu ? cpu - t.last_cpu : 0;
     t.last_cpu = cpu;
+    const bool young = t.young;
+    t.young = false;
     ++it;
     if (delta == 0) continue;
     uint64_t top = 0;
@@ -297,6 +310,9 @@ void tick_native(State &s) {
       node = static_cast<dctx_node>((top - 1) >> 32);
     } else {
       uint64_t w = g_worker_context.load(std::memory_order_acquire);
+      // In a Python process, a new pool thread's start-up with no context set anywhere would
+      // land at the root, attributed to nothing: leave it out, as before it was found.
+      if (young && w == 0 && python_present()) continue;
       node = tree().child(w ? static_cast<dctx_node>(w - 1) : 0, t.frame);
     }
     if (s.opts.native) {

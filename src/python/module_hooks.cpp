@@ -33,6 +33,8 @@ struct Known {
 
 struct Running {
   PyObject *module;  // borrowed: alive while its forward runs
+  uint32_t frame;
+  uint64_t cache_generation;  // known is valid while the cache has not been cleared since
   const Known *known;
 };
 
@@ -48,6 +50,7 @@ CellFn g_cell = nullptr;
 PyObject *g_resolve =
     nullptr;  // resolve(module, parent or None, parent path or None) -> (frame, path)
 std::unordered_map<PyObject *, Known> *g_known = nullptr;
+uint64_t g_cache_generation = 0;  // bumped when g_known is cleared
 
 ThreadModules &thread_modules() {
   thread_local ThreadModules t;
@@ -72,19 +75,24 @@ PyObject *referent(PyObject *weak) {
 
 // The cached naming of module under parent, or a fresh one from Python (nullptr on error).
 const Known *lookup(PyObject *module, const Running *parent) {
+  // A parent entered before the cache was last cleared has lost its naming: name this module as
+  // a root rather than read freed memory (only around the clear of a huge cache).
+  if (parent != nullptr && parent->cache_generation != g_cache_generation) parent = nullptr;
   PyObject *parent_obj = parent != nullptr ? parent->module : nullptr;
   auto it = g_known->find(module);
   if (it != g_known->end() && it->second.parent == parent_obj &&
       referent(it->second.weak) == module)
     return &it->second;
+  // A miss: copy what is needed from the parent before the cache may be cleared.
+  const std::string parent_path = parent != nullptr ? parent->known->path : std::string();
   if (g_known->size() > 100000) {
     for (auto &[k, v] : *g_known) Py_XDECREF(v.weak);
     g_known->clear();
-    it = g_known->end();
+    ++g_cache_generation;
   }
   PyObject *res =
       PyObject_CallFunction(g_resolve, "OOs", module, parent_obj != nullptr ? parent_obj : Py_None,
-                            parent != nullptr ? parent->known->path.c_str() : nullptr);
+                            parent != nullptr ? parent_path.c_str() : nullptr);
   if (res == nullptr) {
     PyErr_Clear();
     return nullptr;
@@ -102,8 +110,7 @@ const Known *lookup(PyObject *module, const Running *parent) {
     PyErr_Clear();
     return nullptr;
   }
-  if (it == g_known->end()) it = g_known->emplace(module, Known{}).first;
-  Known &k = it->second;
+  Known &k = (*g_known)[module];  // looked up again: the Python call may have added entries
   Py_XDECREF(k.weak);
   k.weak = weak;
   k.parent = parent_obj;
@@ -114,7 +121,7 @@ const Known *lookup(PyObject *module, const Running *parent) {
 }
 
 void set_cell(ThreadModules &t) {
-  if (t.cell != nullptr) *t.cell = t.stack.empty() ? 0 : t.stack.back().known->frame;
+  if (t.cell != nullptr) *t.cell = t.stack.empty() ? 0 : t.stack.back().frame;
 }
 
 void pre_hook(nb::handle module, nb::handle /*args*/) {
@@ -122,7 +129,7 @@ void pre_hook(nb::handle module, nb::handle /*args*/) {
   ThreadModules &t = thread_modules();
   const Known *k = lookup(module.ptr(), t.stack.empty() ? nullptr : &t.stack.back());
   if (k == nullptr) return;  // unnamed: its operators stay under the enclosing module
-  t.stack.push_back(Running{module.ptr(), k});
+  t.stack.push_back(Running{module.ptr(), k->frame, g_cache_generation, k});
   set_cell(t);
 }
 

@@ -20,7 +20,7 @@ def mlp_profile(tmp_path_factory):
         str(path),
         str(EXAMPLES / "train.py"),
         "--steps",
-        "150",
+        "300",
         "--width",
         "384",
         "--batch",

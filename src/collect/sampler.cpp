@@ -41,8 +41,23 @@ struct Sampled {
   uint64_t last_cpu = 0;
   ThreadCounters counters;
   pid_t tid = 0;
+  dctx_node last_node = 0;  // where its last sample went
   bool seen = false;
 };
+
+// A Python thread whose tstate is gone: its kernel thread may still be there for a moment, with
+// the CPU time it used since its last sample (tick_native reads it once, without the GIL).
+struct Departing {
+  pid_t tid;
+  uint64_t last_cpu;
+  dctx_node node;
+};
+
+// The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
+// clock_gettime accepts for any thread of this process.
+clockid_t thread_clock(pid_t tid) {
+  return static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+}
 
 // A thread that runs no Python (XLA/OpenMP/intra-op pools, autograd device threads).
 struct NativeThread {
@@ -51,8 +66,9 @@ struct NativeThread {
   uint32_t frame = 0;
   bool skip = false;  // our own threads
   bool seen = false;
-  bool fresh = false;  // found by the last scan
-  bool young = false;  // found after sampling started: its next delta counts from its start
+  bool fresh = false;   // found by the last scan
+  bool young = false;   // found after sampling started: its next delta counts from its start
+  bool python = false;  // sampled through its tstate: never counted here, even as it exits
 };
 
 struct State {
@@ -65,6 +81,7 @@ struct State {
   std::unordered_map<unsigned long, Sampled> threads;
   std::unordered_map<pid_t, NativeThread> native_threads;
   std::vector<pid_t> python_tids;  // kernel ids of the threads sampled through their tstate
+  std::vector<Departing> departing;
   pid_t self_tid = 0;
   int scan_countdown = 0;  // ticks until /proc/self/task is read again
   nlink_t task_links = 0;  // link count of /proc/self/task at the last scan: 2 + threads
@@ -177,6 +194,7 @@ void tick(State &s, uint64_t wall_delta) {
     st.last_cpu = cpu;
     if (cpu_delta == 0 && !s.opts.wall) continue;
     dctx_node node = sample_node(ts, s.opts.native && cpu_delta > 0);
+    st.last_node = node;
     if (cpu_delta > 0) {
       tree().add(node, s.m_cpu, double(cpu_delta));
       tree().add(node, s.m_samples, 1);
@@ -191,6 +209,8 @@ void tick(State &s, uint64_t wall_delta) {
   }
   for (auto it = s.threads.begin(); it != s.threads.end();) {
     if (!it->second.seen) {
+      if (it->second.tid != 0 && it->second.last_node != 0)
+        s.departing.push_back({it->second.tid, it->second.last_cpu, it->second.last_node});
       it->second.counters.close();
       native_unwind_forget(it->second.tid);
       it = s.threads.erase(it);
@@ -230,9 +250,7 @@ void scan_tasks(State &s) {
     NativeThread &t = it->second;
     t.seen = true;
     if (!fresh) continue;
-    // The kernel's per-thread CPU clock id (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD), which
-    // clock_gettime accepts for any thread of this process.
-    t.clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+    t.clock = thread_clock(tid);
     // A thread that was there when sampling started is measured from now on. One found later
     // started since the last scan, normally within the last tick (a change in the thread count
     // triggers a scan): its CPU time so far is in the profiled window and goes to its first
@@ -278,6 +296,14 @@ void tick_native(State &s) {
     s.scan_countdown = 10;
   }
   --s.scan_countdown;
+  for (const Departing &d : s.departing) {
+    const uint64_t cpu = now_ns(thread_clock(d.tid));  // 0 once the thread has exited
+    if (cpu > d.last_cpu) {
+      tree().add(d.node, s.m_cpu, double(cpu - d.last_cpu));
+      tree().add(d.node, s.m_samples, 1);
+    }
+  }
+  s.departing.clear();
   std::sort(s.python_tids.begin(), s.python_tids.end());
   for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
     const pid_t tid = it->first;
@@ -287,7 +313,11 @@ void tick_native(State &s) {
       ++it;
       continue;
     }
-    if (t.skip || std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid)) {
+    // A Python thread's tstate is gone a moment before the kernel thread: without the mark, its
+    // whole CPU time would be counted a second time here, at the root, as it exits.
+    if (!t.python && std::binary_search(s.python_tids.begin(), s.python_tids.end(), tid))
+      t.python = true;
+    if (t.skip || t.python) {
       ++it;
       continue;
     }

@@ -110,11 +110,12 @@ def spin(n):
         x += i
     return x
 
+# Long enough for tens of samples each on a fast machine (the GIL hands off every 5 ms).
 def worker_a():
-    spin(4_000_000)  # A
+    spin(16_000_000)  # A
 
 def worker_b():
-    spin(2_000_000)  # B
+    spin(8_000_000)  # B
 
 ta = threading.Thread(target=worker_a, name="alpha")
 tb = threading.Thread(target=worker_b, name="beta")
@@ -134,6 +135,15 @@ def test_threads_are_attributed_separately(run_program):
     assert threads["beta"].inclusive("cpu_time") >= 0.9 * b > 0
     # With the GIL the two workers interleave, yet CPU time follows the work: about 2:1.
     assert 1.4 < a / b < 2.8
+    # Counted once: not a second time as a thread without Python when its tstate is gone.
+    others = sum(
+        n.inclusive("cpu_time")
+        for k, n in threads.items()
+        if k not in ("alpha", "beta", "MainThread")
+    )
+    assert others < 0.05 * p.total("cpu_time"), {
+        k: n.inclusive("cpu_time") for k, n in threads.items()
+    }
     assert by_line(p, "prog.py", line_of(THREADS, "# MAIN")) > 0
 
 

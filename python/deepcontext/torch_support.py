@@ -341,15 +341,32 @@ def _install_module_hooks(lib) -> None:
     core.module_hooks_configure(cell_fn, _resolve_module)
     if _hook_handles:
         return
+    import torch
     from torch.nn.modules import module as nn_module
 
-    _hook_handles.append(nn_module.register_module_forward_pre_hook(core.module_pre_hook))
+    # While torch.compile traces, the hooks do nothing: Dynamo cannot trace a C function, and a
+    # graph break at every module call would leave the compiled model running eagerly. The Python
+    # wrapper's check is one that Dynamo folds to a constant.
+    compiler = getattr(torch, "compiler", None)
+    compiling = (
+        getattr(compiler, "is_dynamo_compiling", None)  # returns False; Dynamo makes it True
+        or getattr(compiler, "is_compiling", None)
+        or (lambda: False)
+    )
+
+    def pre_hook(module, args, _hook=core.module_pre_hook, _compiling=compiling):
+        if not _compiling():
+            _hook(module, args)
+
+    def post_hook(module, args, output, _hook=core.module_post_hook, _compiling=compiling):
+        if not _compiling():
+            _hook(module, args, output)
+
+    _hook_handles.append(nn_module.register_module_forward_pre_hook(pre_hook))
     try:
-        _hook_handles.append(
-            nn_module.register_module_forward_hook(core.module_post_hook, always_call=True)
-        )
+        _hook_handles.append(nn_module.register_module_forward_hook(post_hook, always_call=True))
     except TypeError:  # torch < 2.0
-        _hook_handles.append(nn_module.register_module_forward_hook(core.module_post_hook))
+        _hook_handles.append(nn_module.register_module_forward_hook(post_hook))
 
 
 # ------------------------------------------------------------------------------------------------

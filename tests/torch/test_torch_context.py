@@ -374,3 +374,28 @@ def test_module_frames_name_list_items_and_unwind_after_an_exception(tmp_path):
     ), [n.parent.frame.name for n in tanh]
     assert all(has_line(n, "prog.py", line_of(prog, "# AFTER")) for n in tanh)
     assert sum(n.exclusive("op_count") for n in tanh) == 20
+
+
+COMPILE_PROGRAM = """
+import torch
+import torch._dynamo.utils as du
+from torch import nn
+
+model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+compiled = torch.compile(model, backend="eager")
+x = torch.randn(8, 16)
+assert torch.allclose(compiled(x), model(x))
+print("graph breaks", sum(du.counters["graph_break"].values()))
+print("graphs", du.counters["stats"]["unique_graphs"])
+"""
+
+
+def test_torch_compile_traces_through_the_module_hooks(tmp_path):
+    # The hooks are C functions that Dynamo cannot trace: while it traces they must do nothing,
+    # or every module call would be a graph break and the compiled model would run eagerly.
+    prog = write_program(tmp_path, COMPILE_PROGRAM)
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(tmp_path / "c.dctx"), str(prog))
+    assert "graph breaks 0" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert "graphs 1" in proc.stdout, proc.stdout
+    p = dprof.load(tmp_path / "c.dctx")
+    assert p.meta["complete"] == "1"

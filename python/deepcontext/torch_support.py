@@ -132,7 +132,7 @@ def deactivate() -> None:
         except Exception:
             pass
     _hook_handles.clear()
-    if _hook_handles_core_loaded():
+    if _core_loaded():
         _core().module_hooks_enable(False)
     _unpatch_torch_profiler()
     if _installed and _lib is not None:
@@ -149,7 +149,7 @@ def _core():
     return core
 
 
-def _hook_handles_core_loaded() -> bool:
+def _core_loaded() -> bool:
     return "deepcontext._core" in sys.modules  # never import it from a fork handler
 
 
@@ -218,7 +218,7 @@ def _after_fork_child() -> None:
     if _lib is not None and _installed:
         _lib.dctx_torch_disable_in_child()
     _installed = False  # the module hooks stay registered (inert); a restart reuses them
-    if _hook_handles_core_loaded():
+    if _core_loaded():
         _core().module_hooks_enable(False)
 
 

@@ -67,7 +67,6 @@ struct NativeThread {
   bool skip = false;  // our own threads
   bool seen = false;
   bool fresh = false;   // found by the last scan
-  bool young = false;   // found after sampling started: its next delta counts from its start
   bool python = false;  // sampled through its tstate: never counted here, even as it exits
 };
 
@@ -257,7 +256,6 @@ void scan_tasks(State &s) {
     // sample, like any tick's CPU time goes to the context seen at the tick.
     t.last_cpu = s.scanned ? 0 : now_ns(t.clock);
     t.fresh = !s.scanned;
-    t.young = s.scanned;
     std::string comm = read_comm(tid);
     t.skip = comm.rfind("dctx-", 0) == 0;
     if (tid == getpid()) {
@@ -327,10 +325,9 @@ void tick_native(State &s) {
       it = s.native_threads.erase(it);
       continue;
     }
+    const bool young = t.last_cpu == 0;  // found after sampling started: counted from its start
     uint64_t delta = cpu > t.last_cpu ? cpu - t.last_cpu : 0;
     t.last_cpu = cpu;
-    const bool young = t.young;
-    t.young = false;
     ++it;
     if (delta == 0) continue;
     uint64_t top = 0;

@@ -165,7 +165,6 @@ void bind_module_hooks(nb::module_ &m) {
   m.def("module_pre_hook", &pre_hook, nb::arg("module"), nb::arg("args").none());
   m.def("module_post_hook", &post_hook, nb::arg("module"), nb::arg("args").none(),
         nb::arg("output").none());
-  m.def("module_stack_depth", [] { return thread_modules().stack.size(); });
 }
 
 }  // namespace dctx

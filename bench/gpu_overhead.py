@@ -7,7 +7,10 @@ started just before the measured steps, the same window torch.profiler records).
 step time and peak RSS as ratios to the unprofiled run, deepcontext's total gpu_time against
 torch.profiler's kernel total over the same steps, the share of kernel time under a user source line
 and an aten operator, the share of backward kernel time placed under the forward operator's path,
-and deepcontext's peak RSS for 10x the steps.
+deepcontext's peak RSS for 10x the steps, and the resident size at each tenth of those steps.
+Every child prints a line as it ends (step time, the CPU part of the step: the time until the step
+is issued, which above the GPU's time means a CPU-bound step). The configurations' order rotates
+from one run to the next.
 
     python bench/gpu_overhead.py [--steps 60] [--runs 2] [--long-steps 600] [--json out.json]
 """
@@ -36,7 +39,11 @@ DEEPCONTEXT_MODES = {
     "deepcontext-no-modules": {"torch_modules": False},
     # diagnosis: deepcontext's own native stacks (1 ms) of the run, kept with --keep DIR
     "deepcontext-native": {"native": True, "interval_ms": 1.0},
+    # CUPTI activity buffers of 8 MiB (the default is 1 MiB): what buffer size does to RSS
+    "deepcontext-buf8m": {},
 }
+# environment a configuration's child runs with
+MODE_ENV = {"deepcontext-buf8m": {"DEEPCONTEXT_CUPTI_BUFFER_KB": "8192"}}
 WARMUP = 10
 
 
@@ -63,7 +70,7 @@ def build(name: str):
             loss = F.mse_loss(model(x), target)
             loss.backward()
             opt.step()
-            return loss.item()
+            return loss  # the caller's loss.item() waits for the step's GPU work
 
     elif name == "resnet18":
         import torchvision
@@ -78,7 +85,7 @@ def build(name: str):
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
-            return loss.item()
+            return loss  # the caller's loss.item() waits for the step's GPU work
 
     elif name == "dlrm":
         tables = [torch.nn.Parameter(torch.randn(200_000, 64, device=dev) * 0.01) for _ in range(8)]
@@ -102,7 +109,7 @@ def build(name: str):
             loss = F.binary_cross_entropy_with_logits(logits, label)
             loss.backward()
             opt.step()
-            return loss.item()
+            return loss  # the caller's loss.item() waits for the step's GPU work
 
     else:
         raise SystemExit(f"unknown workload {name}")
@@ -168,6 +175,11 @@ def attribution(path: str, user_file: str) -> dict:
     }
 
 
+def resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def child(args) -> int:
     import torch
 
@@ -176,13 +188,21 @@ def child(args) -> int:
         step()
     torch.cuda.synchronize()
     times: list[float] = []
+    cpu_times: list[float] = []  # until the step is issued: above the GPU's time, CPU-bound
     result: dict = {}
 
+    rss_curve: list[tuple[int, float]] = []  # (steps done, resident MiB) at each tenth
+
     def measured():
-        for _ in range(args.steps):
+        for i in range(args.steps):
             t0 = time.perf_counter()
-            step()  # ends with loss.item(): the step's GPU work is done
+            loss = step()
+            t1 = time.perf_counter()  # the CPU has issued the step; the GPU may still run it
+            loss.item()
             times.append(time.perf_counter() - t0)
+            cpu_times.append(t1 - t0)
+            if (i + 1) % max(1, args.steps // 10) == 0:
+                rss_curve.append((i + 1, resident_mb()))
 
     w0 = time.perf_counter()
     if args.mode == "baseline":
@@ -202,8 +222,10 @@ def child(args) -> int:
         session.stop()
     result.setdefault("window_s", time.perf_counter() - w0)
     result["output"] = args.output
+    result["rss_curve"] = rss_curve
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["median_step_s"] = statistics.median(times)
+    result["median_cpu_s"] = statistics.median(cpu_times)
     result["total_s"] = sum(times)
     if args.mode in DEEPCONTEXT_MODES and args.mode != "deepcontext-no-gpu":
         result["profile_mb"] = os.path.getsize(args.output) / 2**20
@@ -221,11 +243,24 @@ def run_child(workload: str, mode: str, steps: int, tmp: str) -> dict:
     out = os.path.join(tmp, f"{workload}-{mode}-{steps}-{time.monotonic_ns()}.dctx")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, "--mode", mode]
     cmd += ["--steps", str(steps), "--output", out]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, **MODE_ENV.get(mode, {})}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     for line in res.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"{workload}/{mode} failed:\n{res.stderr[-3000:]}")
+
+
+def report(workload: str, mode: str, steps: int, r: dict) -> None:
+    """One line per child as it finishes, so a run cut by a time limit still tells something."""
+    curve = r.get("rss_curve") or []
+    rss = f", resident MiB {curve[0][1]:.0f} -> {curve[-1][1]:.0f}" if curve else ""
+    print(
+        f"  {workload} {mode} x{steps}: step {r['median_step_s'] * 1e3:.2f} ms "
+        f"(CPU issues it in {r['median_cpu_s'] * 1e3:.2f}), "
+        f"peak RSS {r['peak_rss_mb']:.0f} MiB{rss}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -263,20 +298,27 @@ def main() -> int:
         for w in args.workloads.split(","):
             modes = [*MODES, *filter(None, args.extra_modes.split(","))]
             runs: dict[str, list] = {m: [] for m in modes}
-            for _ in range(args.runs):
-                for m in modes:  # interleaved, so drift hits every configuration alike
+            for r in range(args.runs):
+                # interleaved and rotated, so drift and position hit every configuration alike
+                for m in modes[r % len(modes) :] + modes[: r % len(modes)]:
                     runs[m].append(run_child(w, m, args.steps, tmp))
+                    report(w, m, args.steps, runs[m][-1])
                     if m == "deepcontext-native" and args.keep:
                         os.makedirs(args.keep, exist_ok=True)
                         shutil.copy(runs[m][-1]["output"], os.path.join(args.keep, f"{w}.dctx"))
             if args.long_steps:
-                runs["deepcontext-long"] = [run_child(w, "deepcontext", args.long_steps, tmp)]
                 # the program's own growth over the same steps (CUDA caching allocator, Python)
-                runs["baseline-long"] = [run_child(w, "baseline", args.long_steps, tmp)]
+                long_modes = ["deepcontext", "baseline"]
+                if "deepcontext-buf8m" in modes:
+                    long_modes.append("deepcontext-buf8m")
+                for m in long_modes:
+                    runs[f"{m}-long"] = [run_child(w, m, args.long_steps, tmp)]
+                    report(w, m, args.long_steps, runs[f"{m}-long"][0])
             results["workloads"][w] = runs
             print(summary_row(w, runs), flush=True)
     table = summary_table(results)
     print(table)
+    print(rss_curves(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
@@ -297,6 +339,17 @@ def summary_row(w: str, runs: dict) -> str:
         if m in DEEPCONTEXT_MODES and m != "deepcontext"
     )
     return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x{extra}"
+
+
+def rss_curves(results: dict) -> str:
+    """Resident MiB at each tenth of the long runs: flat, or still growing at the end?"""
+    lines = []
+    for w, runs in results["workloads"].items():
+        for m, r in runs.items():
+            if m.endswith("-long") and r and r[0].get("rss_curve"):
+                pts = " ".join(f"{n}:{mb:.0f}" for n, mb in r[0]["rss_curve"])
+                lines.append(f"RSS {w} {m}: {pts}")
+    return "\n".join(lines)
 
 
 def summary_table(results: dict) -> str:

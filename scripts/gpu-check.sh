@@ -8,7 +8,8 @@
 # Steps: STEPS="build fixtures tests bench" (default all); BENCH_ARGS passes options to the bench.
 # STEPS="build distributed": DDP with NCCL under the profiler (examples/distributed/gpu_check.py).
 # STEPS="build timeline": the bounded timeline on a CUDA loop (tests/timeline/gpu_check.py).
-# STEPS="build jaxbench": bench/jax_overhead.py; STEPS="build torchcpu": bench/torch_cpu_overhead.py.
+# STEPS="build jaxbench": bench/jax_overhead.py; STEPS="build torchcpu": bench/torch_cpu_overhead.py;
+# STEPS="build stepcost": bench/torch_step_cost.py.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -136,6 +137,15 @@ if want torchcpu; then
   (cd /tmp && timeout "${TORCHCPU_TIMEOUT:-300}" "$py" "$root/bench/torch_cpu_overhead.py" \
     --markdown "$out/torch_cpu.md" ${TORCHCPU_ARGS:-} 2>&1) | tee "$out/torchcpu.log" | tail -20
   row torchcpu "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "torch_cpu.md"
+fi
+
+if want stepcost; then
+  t0=$SECONDS
+  # bench/torch_step_cost.py: what each part of the torch layer costs per step on this host's CPU.
+  # shellcheck disable=SC2086
+  (cd /tmp && timeout "${STEPCOST_TIMEOUT:-200}" "$py" "$root/bench/torch_step_cost.py" \
+    ${STEPCOST_ARGS:-} 2>&1) | tee "$out/stepcost.log" | tail -12
+  row stepcost "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "stepcost.log"
 fi
 
 if want bench; then

@@ -71,7 +71,12 @@ void with_thread_context(pthread_t thread, const std::function<void(ThreadContex
 
 namespace {
 std::mutex g_names_mu;
-std::unordered_map<unsigned long, uint32_t> g_thread_frames;
+struct ThreadName {
+  uint32_t frame;
+  bool named;     // from threading (or the main thread); else "thread <id>", named again later
+  uint8_t tries;  // namings tried with the GIL held (a thread threading never lists stops at 8)
+};
+std::unordered_map<unsigned long, ThreadName> g_thread_frames;
 unsigned long g_main_thread = 0;
 
 // threading's name for a thread, or "" (needs the GIL).
@@ -104,31 +109,77 @@ std::string threading_name(unsigned long ident) {
 void set_main_thread_id(unsigned long id) { g_main_thread = id; }
 
 uint32_t thread_frame(unsigned long thread_id) {
+  // Naming needs the GIL. A thread without it here (an autograd device thread, a thread seen
+  // from the sampler) keeps its "thread <id>" frame until a call that holds the GIL names it,
+  // so the many calls in between are a lookup, not a string build and a frame interning each.
+  // The last answer on this thread, without the lock: operators ask for their own thread's frame.
+  struct Last {
+    unsigned long id;
+    uint32_t frame;
+    bool final;  // named: no later call changes it
+  };
+  thread_local Last last{0, 0, false};
+  if (last.final && last.id == thread_id) return last.frame;
+  const bool can_name = thread_id == g_main_thread || PyGILState_Check();
   {
     std::lock_guard lock(g_names_mu);
     auto it = g_thread_frames.find(thread_id);
-    if (it != g_thread_frames.end()) return it->second;
+    if (it != g_thread_frames.end() && (it->second.named || !can_name || it->second.tries >= 8)) {
+      last = Last{thread_id, it->second.frame, it->second.named || it->second.tries >= 8};
+      return it->second.frame;
+    }
   }
   std::string name;
   if (thread_id == g_main_thread) {
     name = "MainThread";
-  } else if (PyGILState_Check()) {
+  } else if (can_name) {
     name = threading_name(thread_id);
   }
-  bool known = !name.empty();
-  if (!known) name = "thread " + std::to_string(thread_id);
+  const bool named = !name.empty();
+  if (!named) name = "thread " + std::to_string(thread_id);
   uint32_t f = tree().frame(DCTX_FRAME_THREAD, name, "", 0, "");
-  if (known) {
-    std::lock_guard lock(g_names_mu);
-    if (g_thread_frames.size() > 100000) g_thread_frames.clear();
-    g_thread_frames[thread_id] = f;
-  }
+  std::lock_guard lock(g_names_mu);
+  if (g_thread_frames.size() > 100000) g_thread_frames.clear();
+  ThreadName &entry = g_thread_frames[thread_id];
+  entry.tries = static_cast<uint8_t>(entry.tries + (can_name ? 1 : 0));
+  entry.frame = f;
+  entry.named = named;
+  last = Last{thread_id, f, named || entry.tries >= 8};
   return f;
 }
 
+namespace {
+// The last path this thread extended. Consecutive operators of a loop share all their Python
+// frames but the innermost few, so the shared prefix is compared here (an integer per frame)
+// instead of looked up edge by edge. Nodes are never removed, so a cached node stays valid.
+constexpr size_t kMaxPythonFrames = 512;  // as captured (capture_python's limit)
+struct LastPath {
+  dctx_node base;
+  uint32_t n;
+  uint32_t frames[kMaxPythonFrames];
+  dctx_node nodes[kMaxPythonFrames];
+};
+thread_local LastPath t_last_path;  // plain data: no guard on access
+}  // namespace
+
 dctx_node extend(dctx_node base, const uint32_t *frames, size_t n) {
-  dctx_node node = base;
-  for (size_t i = 0; i < n; ++i) node = tree().child(node, frames[i]);
+  LastPath &last = t_last_path;
+  size_t same = 0;
+  if (last.base == base) {
+    const size_t m = n < last.n ? n : last.n;
+    while (same < m && last.frames[same] == frames[same]) ++same;
+  } else {
+    last.base = base;
+  }
+  dctx_node node = same > 0 ? last.nodes[same - 1] : base;
+  for (size_t i = same; i < n; ++i) {
+    node = tree().child(node, frames[i]);
+    if (i < kMaxPythonFrames) {
+      last.frames[i] = frames[i];
+      last.nodes[i] = node;
+    }
+  }
+  last.n = static_cast<uint32_t>(n < kMaxPythonFrames ? n : kMaxPythonFrames);
   return node;
 }
 

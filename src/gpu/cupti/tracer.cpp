@@ -113,7 +113,17 @@ class DriverQuery {
   CUresult (*mem_)(size_t *, CUdevice) = nullptr;
 };
 
-constexpr size_t kBufferSize = size_t{8} << 20;
+// 1 MiB holds about 5,000 kernel records. Small buffers come back (and get reused) often, so the
+// pages touched reach their bound within a few steps instead of after hundreds of steps of 8 MiB
+// buffers filling up. DEEPCONTEXT_CUPTI_BUFFER_KB overrides it (64 KiB to 64 MiB).
+size_t buffer_size() {
+  static const size_t size = [] {
+    const char *env = std::getenv("DEEPCONTEXT_CUPTI_BUFFER_KB");
+    const long kb = env ? std::strtol(env, nullptr, 10) : 0;
+    return kb >= 64 && kb <= 65536 ? static_cast<size_t>(kb) << 10 : size_t{1} << 20;
+  }();
+  return size;
+}
 
 // Activity buffers come from mmap and go back to a small free list: reusing the same pages keeps
 // RSS flat over a long run (through malloc, glibc's dynamic mmap threshold moved 8 MiB buffers
@@ -130,7 +140,7 @@ class BufferPool {
       }
     }
     void *p =
-        mmap(nullptr, kBufferSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        mmap(nullptr, buffer_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
   }
   void put(uint8_t *buffer) {
@@ -142,7 +152,7 @@ class BufferPool {
         return;
       }
     }
-    munmap(buffer, kBufferSize);
+    munmap(buffer, buffer_size());
   }
 
  private:
@@ -444,7 +454,7 @@ void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
   *buffer = buffer_pool().get();
-  *size = *buffer ? kBufferSize : 0;
+  *size = *buffer ? buffer_size() : 0;
   *max_records = 0;
 }
 

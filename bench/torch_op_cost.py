@@ -53,9 +53,14 @@ CONFIGS = {
     "--no-torch (sampling, CUPTI)": ["--no-torch"],
     "--no-gpu (sampling, operators, modules, memory)": ["--no-gpu"],
 }
+# CUPTI's parts (CUDA only, --no-torch): driver callbacks only, activity records only.
+CUPTI_CONFIGS = {
+    "--no-torch, driver API callbacks only": (["--no-torch"], "driver"),
+    "--no-torch, no API callbacks": (["--no-torch"], "none"),
+}
 
 
-def run(flags, device: str, what: str, tmp: str) -> float:
+def run(flags, device: str, what: str, tmp: str, domains: str | None = None) -> float:
     script = os.path.join(tmp, "loop.py")
     with open(script, "w") as f:
         f.write(LOOP)
@@ -63,7 +68,10 @@ def run(flags, device: str, what: str, tmp: str) -> float:
     if flags is not None:
         out = os.path.join(tmp, "p.dctx")
         cmd = [sys.executable, "-m", "deepcontext", "run", "-q", *flags, "-o", out, *cmd[1:]]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    env = dict(os.environ)
+    if domains is not None:
+        env["DEEPCONTEXT_CUPTI_API_DOMAINS"] = domains
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
     if res.returncode != 0:
         raise SystemExit(f"{cmd} failed:\n{res.stderr[-2000:]}")
     return float(res.stdout.strip().splitlines()[-1])
@@ -73,18 +81,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="cpu,cuda")
     ap.add_argument("--rounds", type=int, default=2, help="processes per configuration")
+    ap.add_argument("--loops", default="ops,backward")
+    ap.add_argument(
+        "--cupti-parts", action="store_true", help="CUDA: also " + ", ".join(CUPTI_CONFIGS)
+    )
     args = ap.parse_args()
-    print("| device | loop | " + " | ".join(CONFIGS) + " |")
-    print("| --- | --- |" + " ---: |" * len(CONFIGS))
+    names = [*CONFIGS, *(CUPTI_CONFIGS if args.cupti_parts else {})]
+    print("| device | loop | " + " | ".join(names) + " |")
+    print("| --- | --- |" + " ---: |" * len(names))
     with tempfile.TemporaryDirectory() as tmp:
         for device in args.devices.split(","):
-            for what in ("ops", "backward"):
-                best = {name: float("inf") for name in CONFIGS}
+            for what in args.loops.split(","):
+                configs = {n: (f, None) for n, f in CONFIGS.items()}
+                if args.cupti_parts and device == "cuda":
+                    configs.update(CUPTI_CONFIGS)
+                best = {name: float("inf") for name in configs}
                 for _ in range(args.rounds):  # interleaved: drifts hit every configuration
-                    for name, flags in CONFIGS.items():
-                        best[name] = min(best[name], run(flags, device, what, tmp))
+                    for name, (flags, domains) in configs.items():
+                        best[name] = min(best[name], run(flags, device, what, tmp, domains))
                 base = best["no profiler"]
-                cells = [f"{base:.2f} us"] + [f"+{best[n] - base:.2f}" for n in list(CONFIGS)[1:]]
+                cells = [f"{base:.2f} us"] + [
+                    f"+{best[n] - base:.2f}" if n in best else "-" for n in names[1:]
+                ]
                 print(f"| {device} | {what} | " + " | ".join(cells) + " |", flush=True)
     return 0
 

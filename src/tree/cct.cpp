@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <cstring>
+#include <memory>
 
 namespace dctx {
 
@@ -51,27 +52,36 @@ uint32_t Tree::frame(dctx_frame_kind kind, std::string_view name, std::string_vi
   return frame(k);
 }
 
+namespace {
+// Each thread keeps the edges it used in a direct-mapped table, so repeated paths take no lock
+// and no hash-map walk (a probe of one slot; a collision just falls back to the shared map).
+struct Edge {
+  uint64_t key;  // (parent << 32 | frame) + 1; 0: empty
+  dctx_node node;
+};
+constexpr size_t kEdgeSlots = 8192;
+}  // namespace
+
 dctx_node Tree::child(dctx_node parent, uint32_t frame) {
-  // Each thread keeps a cache of the edges it used, so repeated paths take no lock.
-  thread_local std::unordered_map<uint64_t, dctx_node> cache;
-  uint64_t key = (uint64_t(parent) << 32) | frame;
-  auto hit = cache.find(key);
-  if (hit != cache.end()) return hit->second;
+  thread_local std::unique_ptr<Edge[]> cache(new Edge[kEdgeSlots]());
+  const uint64_t key = ((uint64_t(parent) << 32) | frame) + 1;
+  uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+  Edge &slot = cache[(h >> 40) & (kEdgeSlots - 1)];
+  if (slot.key == key) return slot.node;
   dctx_node n;
   {
     std::lock_guard lock(mu_);
-    auto it = children_.find(key);
+    auto it = children_.find(key - 1);
     if (it != children_.end()) {
       n = it->second;
     } else {
       n = static_cast<dctx_node>(parent_.size());
       parent_.push_back(parent);
       node_frame_.push_back(frame);
-      children_.emplace(key, n);
+      children_.emplace(key - 1, n);
     }
   }
-  if (cache.size() > (1u << 20)) cache.clear();  // bound per-thread memory on huge trees
-  cache.emplace(key, n);
+  slot = Edge{key, n};
   return n;
 }
 

@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     mem: dict[int, list[dict]] = {50: [], 500: []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
-            for c in configs:
+            # rotated, so that no configuration always runs right after the same other one
+            for c in configs[r % len(configs) :] + configs[: r % len(configs)]:
                 results[c].append(run_one(c, args.steps, args.model, tmp))
                 print(f"  run {r + 1}/{args.repeat} {c}: {results[c][-1]}", file=sys.stderr)
             if "deepcontext" in configs:
@@ -129,11 +130,12 @@ def main(argv=None) -> int:
     lines = [
         f"PyTorch CPU training loop: `{args.model}` from examples/torch, {args.steps} steps, "
         f"batch 64, 1 thread; best of {args.repeat} runs for times, median for memory "
-        "(ratios against no profiler).",
+        "(ratios against no profiler; the paired ratio is the median over the rounds of each "
+        "round's ratio).",
         "",
-        "| configuration | loop wall (s) | ratio | loop CPU (s) | ratio | finish (s) | peak RSS (MiB) "
-        "| ratio | output (KiB) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| configuration | loop wall (s) | ratio | paired ratio, median | loop CPU (s) | ratio "
+        "| finish (s) | peak RSS (MiB) | ratio | output (KiB) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in configs:
         rows = results[c]
@@ -141,8 +143,15 @@ def main(argv=None) -> int:
         rw = f"{w / med(base, 'wall'):.2f}x" if base else "-"
         rc = f"{cpu / med(base, 'cpu'):.2f}x" if base else "-"
         rr = f"{rss / med(base, 'rss'):.2f}x" if base else "-"
+        # each round's wall against the same round's unprofiled run: drift over the rounds cancels
+        paired = (
+            f"{statistics.median(x['wall'] / b['wall'] for x, b in zip(rows, base, strict=True)):.2f}x"
+            if base
+            else "-"
+        )
         lines.append(
-            f"| {CONFIGS[c]} | {w:.3f} | {rw} | {cpu:.3f} | {rc} | {med(rows, 'finish'):.3f} "
+            f"| {CONFIGS[c]} | {w:.3f} | {rw} | {paired} | {cpu:.3f} | {rc} "
+            f"| {med(rows, 'finish'):.3f} "
             f"| {rss / 2**20:.0f} | {rr} | {med(rows, 'size') / 1024:.0f} |"
         )
     if mem[50]:

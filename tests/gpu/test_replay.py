@@ -263,3 +263,62 @@ def test_without_a_driver_cpu_profiling_goes_on_with_one_line(tmp_path):
     from deepcontext import reader as profile
 
     assert any("GPU metrics off" in m for m in profile.load(out).notes)
+
+
+def driver_only(events):
+    """The recorded stream as the tracer sees it with DEEPCONTEXT_CUPTI_API_DOMAINS=driver: the
+    runtime's callbacks are gone and the driver call inside each runtime call is the outermost,
+    taking the launch context there (recorded only at the outermost call)."""
+    out, stacks = [], defaultdict(list)
+    for ev in events:
+        e = ev["e"]
+        if e == "api":
+            stack = stacks[ev["tid"]]
+            if ev["domain"] == 2:  # runtime: dropped, its context handed to the call inside
+                stack.append(("dropped", ev.get("path")))
+                continue
+            ev = dict(ev)
+            if stack and stack[-1][0] == "dropped" and stack[-1][1] is not None:
+                ev["path"] = stack[-1][1]
+                stack[-1] = ("dropped", None)
+            stack.append(("kept", None))
+        elif e == "exit":
+            stack = stacks[ev["tid"]]
+            if stack and stack.pop()[0] == "dropped":
+                continue
+        out.append(ev)
+    return out
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_driver_callbacks_alone_attribute_every_kernel(tmp_path, name):
+    """Each runtime call reached the driver under its own correlation id (CUPTI 13 on the H200),
+    so driver callbacks alone place every kernel, under the same Python and operator path."""
+    from deepcontext import reader as profile
+
+    events = load_events(os.path.join(DATA, f"{name}.jsonl"))
+    runtime = {(ev["tid"], ev["corr"]) for ev in events if ev["e"] == "api" and ev["domain"] == 2}
+    driver = {(ev["tid"], ev["corr"]) for ev in events if ev["e"] == "api" and ev["domain"] == 1}
+    assert runtime and runtime <= driver
+    stream = driver_only(events)
+    src = tmp_path / f"{name}-driver.jsonl"
+    src.write_text("".join(json.dumps(ev) + "\n" for ev in stream))
+    out = str(tmp_path / f"{name}-driver.dctx")
+    replay_to_profile(str(src), out)
+    prof = profile.load(out)
+    assert prof.total("launches") == sum(1 for _ in records(events, 1))
+    corr, graph = expected_contexts(stream)
+    corr_all, graph_all = expected_contexts(events)
+    want = defaultdict(float)
+    for r in records(events, 1):
+        ctx = graph.get(r["graph_node"]) if r["graph_node"] else None
+        ctx = ctx or corr[r["correlation"]]
+        full = (graph_all.get(r["graph_node"]) if r["graph_node"] else None) or corr_all[
+            r["correlation"]
+        ]
+        assert ctx[:-1] == full[:-1]  # the same path; only the API frame is the driver's
+        want[ctx] += r["end"] - r["start"]
+    got = defaultdict(float)
+    for n in kernel_nodes(prof):
+        got[node_key(n.parent)] += n.exclusive("gpu_time")
+    assert dict(got) == pytest.approx(dict(want))

@@ -6,9 +6,10 @@ libdeepcontext_torch.so (src/frameworks/torch/torch_adapter.cpp), compiled again
 torch: built with the package when torch was importable then, else compiled here on first use into
 ~/.cache/deepcontext/torch-adapter-<torch version>-<hash>/ (one message, about 10 s, once).
 
-nn.Module paths come from global forward pre/post hooks written in C (src/python/module_hooks.cpp):
-they tell the adapter the module path of the calling thread (a frame such as
-`model.encoder.layers.3`), and the adapter places it between the Python frames and the outermost
+nn.Module paths: at each outermost operator the adapter asks _core for the innermost nn.Module
+running on the thread, read from its Python frames (src/python/module_stack.cpp; global forward
+hooks written in C, src/python/module_hooks.cpp, where those frames cannot be read). It places that
+module's path (a frame such as `model.encoder.layers.3`) between the Python frames and the
 operator; Python only names a module the first time it is seen.
 """
 
@@ -298,6 +299,15 @@ def _root_name(module) -> str:
     try:
         torch_dir = os.path.dirname(sys.modules["torch"].__file__) + os.sep
         f = sys._getframe(2)
+        # Start outside the module's own call: the frame that called its outermost _call_impl
+        # (a hook runs just inside it; in stack mode the operator that asks may be deep inside).
+        call_impl = getattr(sys.modules["torch"].nn.Module, "_call_impl", None)
+        code = getattr(call_impl, "__code__", None)
+        g = f
+        while g is not None:
+            if g.f_code is code and g.f_locals.get("self") is module:
+                f = g.f_back
+            g = g.f_back
         while f is not None:
             file = f.f_code.co_filename
             if not file.startswith(torch_dir) and not file.startswith(_PACKAGE_DIR):
@@ -333,16 +343,38 @@ def _resolve_module(module, parent, parent_path):
 
 
 def _install_module_hooks(lib) -> None:
-    """Global forward pre/post hooks implemented in the core (_core.module_pre_hook/post_hook):
-    they keep each thread's running modules and set the adapter's module cell without running
-    Python per call. Registered once per process; a later session reconfigures them."""
+    """Module frames. Where this Python's frames can be read (3.11 to 3.13), the adapter asks
+    _core at each outermost operator for the innermost running module, found in the thread's
+    Python stack (the self of torch's Module._call_impl frames): no hooks, so a module call costs
+    nothing more and torch.compile sees nothing of ours. Elsewhere (or with
+    DEEPCONTEXT_MODULE_HOOKS=1): global forward pre/post hooks implemented in the core
+    (_core.module_pre_hook/post_hook) keep each thread's running modules and set the adapter's
+    module cell. Either way Python only names a module the first time it is seen."""
     core = _core()
+    from torch.nn.modules import module as nn_module
+
+    setter = getattr(lib, "dctx_torch_set_module_frame_fn", None)
+    if setter is not None:
+        setter.argtypes = [ctypes.c_void_p]
+        setter.restype = None
+    call_impl = getattr(nn_module.Module, "_call_impl", None)
+    if (
+        setter is not None
+        and call_impl is not None
+        and not _hook_handles
+        and os.environ.get("DEEPCONTEXT_MODULE_HOOKS") != "1"
+    ):
+        fn = core.module_stack_configure(call_impl, _resolve_module)
+        if fn:
+            setter(fn)
+            return
+    if setter is not None:
+        setter(None)
     cell_fn = ctypes.cast(lib.dctx_torch_module_cell, ctypes.c_void_p).value
     core.module_hooks_configure(cell_fn, _resolve_module)
     if _hook_handles:
         return
     import torch
-    from torch.nn.modules import module as nn_module
 
     # While torch.compile traces, the hooks do nothing: Dynamo cannot trace a C function, and a
     # graph break at every module call would leave the compiled model running eagerly. The Python

@@ -358,7 +358,23 @@ for _ in range(20):
 """
 
 
-def test_module_frames_name_list_items_and_unwind_after_an_exception(tmp_path):
+# Module frames come from the Python stack where its frames can be read (3.11 to 3.13), else
+# from global forward hooks; DEEPCONTEXT_MODULE_HOOKS=1 forces the hooks, so both are tested.
+MODULE_MODES = pytest.mark.parametrize("module_mode", ["stack", "hooks"])
+
+
+def set_module_mode(monkeypatch, mode):
+    if mode == "hooks":
+        monkeypatch.setenv("DEEPCONTEXT_MODULE_HOOKS", "1")
+    else:
+        monkeypatch.delenv("DEEPCONTEXT_MODULE_HOOKS", raising=False)
+
+
+@MODULE_MODES
+def test_module_frames_name_list_items_and_unwind_after_an_exception(
+    tmp_path, monkeypatch, module_mode
+):
+    set_module_mode(monkeypatch, module_mode)
     prog = write_program(tmp_path, MODULES_PROGRAM)
     out = tmp_path / "mods.dctx"
     run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog))
@@ -390,9 +406,12 @@ print("graphs", du.counters["stats"]["unique_graphs"])
 """
 
 
-def test_torch_compile_traces_through_the_module_hooks(tmp_path):
+@MODULE_MODES
+def test_torch_compile_traces_through_the_module_frames(tmp_path, monkeypatch, module_mode):
     # The hooks are C functions that Dynamo cannot trace: while it traces they must do nothing,
     # or every module call would be a graph break and the compiled model would run eagerly.
+    # (From the stack there are no hooks at all.)
+    set_module_mode(monkeypatch, module_mode)
     prog = write_program(tmp_path, COMPILE_PROGRAM)
     proc = run_deepcontext(tmp_path, "-q", "-o", str(tmp_path / "c.dctx"), str(prog))
     assert "graph breaks 0" in proc.stdout, proc.stdout + proc.stderr[-3000:]

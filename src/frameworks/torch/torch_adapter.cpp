@@ -69,6 +69,9 @@ dctx_metric g_m_peak_bytes[2] = {0, 0};
 uint32_t g_backward_frame = 0;
 int g_flush_handle = 0;
 
+using ModuleFrameFn = uint32_t (*)();
+std::atomic<ModuleFrameFn> g_module_frame_fn{nullptr};  // _core's, in stack mode
+
 std::atomic<uint64_t> g_bwd_matched{0};
 std::atomic<uint64_t> g_bwd_unmatched{0};
 std::atomic<uint64_t> g_ops{0};
@@ -453,10 +456,17 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     }
   }
   if (node == 0) {
-    if (ts.ops.empty() && ts.module_frame != 0) {
+    uint32_t module_frame = 0;
+    if (ts.ops.empty()) {
+      // The innermost running nn.Module: read from the Python stack (_core's module frame
+      // function) or, where that cannot be read, set by the forward hooks into the cell.
+      ModuleFrameFn from_stack = g_module_frame_fn.load(std::memory_order_acquire);
+      module_frame = from_stack != nullptr ? from_stack() : ts.module_frame;
+    }
+    if (module_frame != 0) {
       // Outermost operator inside an nn.Module: python frames -> module path -> operator.
       dctx_node base = dctx_current();
-      dctx_node mod = dctx_child(base, ts.module_frame);
+      dctx_node mod = dctx_child(base, module_frame);
       node = dctx_enter_node(DCTX_DOMAIN_OPERATOR, dctx_child(mod, frame));
     } else {
       node = dctx_enter_id(DCTX_DOMAIN_OPERATOR, frame);
@@ -638,6 +648,12 @@ DCTX_EXPORT uint32_t dctx_torch_module_frame(const char *path) {
 
 /* Address of the calling thread's current-module frame id; the Python hooks set it. */
 DCTX_EXPORT uint32_t *dctx_torch_module_cell(void) { return &tls().module_frame; }
+
+/* Stack mode: fn() gives the innermost running module's frame at each outermost operator (no
+ * module hooks); nullptr goes back to the cell the hooks write. */
+DCTX_EXPORT void dctx_torch_set_module_frame_fn(void *fn) {
+  g_module_frame_fn.store(reinterpret_cast<ModuleFrameFn>(fn), std::memory_order_release);
+}
 
 /* Counters for tests and notes: operators seen, backward records matched / not matched. */
 DCTX_EXPORT void dctx_torch_stats(uint64_t *ops, uint64_t *bwd_matched, uint64_t *bwd_unmatched) {

@@ -343,7 +343,7 @@ def _resolve_module(module, parent, parent_path):
 
 
 def _install_module_hooks(lib) -> None:
-    """Module frames. Where this Python's frames can be read (3.11 to 3.13), the adapter asks
+    """Module frames. Where this Python's frames are read (3.11 and 3.12), the adapter asks
     _core at each outermost operator for the innermost running module, found in the thread's
     Python stack (the self of torch's Module._call_impl frames): no hooks, so a module call costs
     nothing more and torch.compile sees nothing of ours. Elsewhere (or with

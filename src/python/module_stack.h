@@ -6,7 +6,7 @@
 #include <cstddef>
 
 namespace dctx {
-// Whether this Python's frames can be read for it (3.11 to 3.13).
+// Whether this Python's frames are read for it (3.11 and 3.12).
 bool module_stack_supported();
 // Up to max modules, innermost first: the self of each frame running call_impl_code
 // (torch.nn.Module._call_impl.__code__). Borrowed references, valid while the caller's frames

@@ -358,7 +358,7 @@ for _ in range(20):
 """
 
 
-# Module frames come from the Python stack where its frames can be read (3.11 to 3.13), else
+# Module frames come from the Python stack where its frames are read (3.11 and 3.12), else
 # from global forward hooks; DEEPCONTEXT_MODULE_HOOKS=1 forces the hooks, so both are tested.
 MODULE_MODES = pytest.mark.parametrize("module_mode", ["stack", "hooks"])
 

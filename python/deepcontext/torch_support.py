@@ -323,8 +323,9 @@ def _root_name(module) -> str:
 
 
 def _resolve_module(module, parent, parent_path):
-    """(frame id, path) of module called inside parent (None: a root). The C hooks call this the
-    first time they see a module under a given parent and cache the answer."""
+    """(frame id, path) of module called inside parent (None: a root). _core calls this the
+    first time it sees a module under a given parent (from the stack or the hooks) and caches the
+    answer."""
     if parent is None:
         path = _root_name(module)
     else:

@@ -75,6 +75,7 @@ struct ThreadName {
   uint32_t frame;
   bool named;     // from threading (or the main thread); else "thread <id>", named again later
   uint8_t tries;  // namings tried with the GIL held (a thread threading never lists stops at 8)
+  bool final() const { return named || tries >= 8; }  // no later call changes it
 };
 std::unordered_map<unsigned long, ThreadName> g_thread_frames;
 unsigned long g_main_thread = 0;
@@ -116,7 +117,7 @@ uint32_t thread_frame(unsigned long thread_id) {
   struct Last {
     unsigned long id;
     uint32_t frame;
-    bool final;  // named: no later call changes it
+    bool final;  // ThreadName::final
   };
   thread_local Last last{0, 0, false};
   if (last.final && last.id == thread_id) return last.frame;
@@ -124,8 +125,8 @@ uint32_t thread_frame(unsigned long thread_id) {
   {
     std::lock_guard lock(g_names_mu);
     auto it = g_thread_frames.find(thread_id);
-    if (it != g_thread_frames.end() && (it->second.named || !can_name || it->second.tries >= 8)) {
-      last = Last{thread_id, it->second.frame, it->second.named || it->second.tries >= 8};
+    if (it != g_thread_frames.end() && (it->second.final() || !can_name)) {
+      last = Last{thread_id, it->second.frame, it->second.final()};
       return it->second.frame;
     }
   }
@@ -144,7 +145,7 @@ uint32_t thread_frame(unsigned long thread_id) {
   entry.tries = static_cast<uint8_t>(entry.tries + (can_name ? 1 : 0));
   entry.frame = f;
   entry.named = named;
-  last = Last{thread_id, f, named || entry.tries >= 8};
+  last = Last{thread_id, f, entry.final()};
   return f;
 }
 

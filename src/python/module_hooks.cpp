@@ -1,11 +1,12 @@
-// nn.Module path frames: the global forward pre/post hooks that deepcontext.torch_support
-// registers, as C functions. torch calls them around every module call, so the Python versions
-// cost as much as torch's own hook dispatch; these keep each thread's running modules in C++ and
-// write the innermost one's frame id into the torch adapter's per-thread module cell. Only a module
-// seen for the first time (or under another parent) calls back into Python to name its path.
+// nn.Module path frames, two ways. Stack mode (Python 3.11 and 3.12): the torch adapter asks at
+// each outermost operator for the innermost running module, read from the thread's Python frames
+// (module_stack.cpp); no hooks. Hook mode (elsewhere): global forward pre/post hooks, as C
+// functions, keep each thread's running modules and write the innermost one's frame id into the
+// adapter's per-thread module cell. Either way only a module seen for the first time (or under
+// another parent) calls back into Python to name its path.
 //
-// Everything here runs with the GIL held (torch calls the hooks from Python), which also guards
-// the shared cache.
+// The hooks run with the GIL held; the stack-mode lookup does not (torch releases the GIL around
+// an operator), so the shared cache is guarded by g_known_mu, and naming takes the GIL.
 #include "python/module_hooks.h"
 
 #include <Python.h>
@@ -66,62 +67,63 @@ ThreadModules &thread_modules() {
   return t;
 }
 
-PyObject *referent(PyObject *weak) {
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject *obj = nullptr;
-  if (PyWeakref_GetRef(weak, &obj) != 1) return nullptr;
-  Py_DECREF(obj);  // identity only; the caller holds the module
-  return obj;
-#else
-  return PyWeakref_GetObject(weak);
-#endif
+std::mutex g_known_mu;
+
+// The cached naming of module under parent (nullptr: a root), if it is still that module (the
+// weak reference's field is read, no reference taken: identity only; a dead referent is None).
+// Caller holds g_known_mu.
+const Known *find_known(PyObject *module, PyObject *parent) {
+  auto it = g_known->find(module);
+  if (it == g_known->end() || it->second.parent != parent ||
+      reinterpret_cast<PyWeakReference *>(it->second.weak)->wr_object != module)
+    return nullptr;
+  return &it->second;
 }
 
-// The cached naming of module under parent, or a fresh one from Python (nullptr on error).
+// Names module under parent in Python and caches the answer; nullptr when it cannot be named.
+// With the GIL and no lock held (the Python call may run anything). The entry stays valid while
+// the GIL is held: the cache is cleared only here.
+const Known *name_module(PyObject *module, PyObject *parent, const std::string &parent_path) {
+  PyObject *res = PyObject_CallFunction(g_resolve, "OOs", module, parent ? parent : Py_None,
+                                        parent ? parent_path.c_str() : nullptr);
+  unsigned long frame = 0;
+  const char *path = nullptr;
+  PyObject *weak = nullptr;
+  if (res == nullptr || !PyArg_ParseTuple(res, "ks", &frame, &path) ||
+      (weak = PyWeakref_NewRef(module, nullptr)) == nullptr) {
+    Py_XDECREF(res);
+    PyErr_Clear();
+    return nullptr;
+  }
+  std::lock_guard lock(g_known_mu);
+  if (g_known->size() > 100000) {
+    for (auto &[key, v] : *g_known) Py_XDECREF(v.weak);
+    g_known->clear();
+    ++g_cache_generation;
+  }
+  Known &k = (*g_known)[module];
+  Py_XDECREF(k.weak);
+  k.weak = weak;
+  k.parent = parent;
+  k.frame = static_cast<uint32_t>(frame);
+  k.path = path;
+  Py_DECREF(res);
+  return &k;
+}
+
+// Hook mode: the naming of module inside the running parent (nullptr on error). With the GIL.
 const Known *lookup(PyObject *module, const Running *parent) {
   // A parent entered before the cache was last cleared has lost its naming: name this module as
   // a root rather than read freed memory (only around the clear of a huge cache).
   if (parent != nullptr && parent->cache_generation != g_cache_generation) parent = nullptr;
   PyObject *parent_obj = parent != nullptr ? parent->module : nullptr;
-  auto it = g_known->find(module);
-  if (it != g_known->end() && it->second.parent == parent_obj &&
-      referent(it->second.weak) == module)
-    return &it->second;
-  // A miss: copy what is needed from the parent before the cache may be cleared.
+  {
+    std::lock_guard lock(g_known_mu);
+    if (const Known *k = find_known(module, parent_obj)) return k;
+  }
+  // Copied before the cache may be cleared.
   const std::string parent_path = parent != nullptr ? parent->known->path : std::string();
-  if (g_known->size() > 100000) {
-    for (auto &[k, v] : *g_known) Py_XDECREF(v.weak);
-    g_known->clear();
-    ++g_cache_generation;
-  }
-  PyObject *res =
-      PyObject_CallFunction(g_resolve, "OOs", module, parent_obj != nullptr ? parent_obj : Py_None,
-                            parent != nullptr ? parent_path.c_str() : nullptr);
-  if (res == nullptr) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  unsigned long frame = 0;
-  const char *path = nullptr;
-  if (!PyArg_ParseTuple(res, "ks", &frame, &path)) {
-    Py_DECREF(res);
-    PyErr_Clear();
-    return nullptr;
-  }
-  PyObject *weak = PyWeakref_NewRef(module, nullptr);
-  if (weak == nullptr) {
-    Py_DECREF(res);
-    PyErr_Clear();
-    return nullptr;
-  }
-  Known &k = (*g_known)[module];  // looked up again: the Python call may have added entries
-  Py_XDECREF(k.weak);
-  k.weak = weak;
-  k.parent = parent_obj;
-  k.frame = static_cast<uint32_t>(frame);
-  k.path = path;
-  Py_DECREF(res);
-  return &k;
+  return name_module(module, parent_obj, parent_path);
 }
 
 void set_cell(ThreadModules &t) {
@@ -160,22 +162,7 @@ void post_hook(nb::handle module, nb::handle /*args*/, nb::handle /*output*/) {
 
 const void *g_call_impl_code = nullptr;  // torch.nn.Module._call_impl.__code__ (owned)
 bool g_stack_mode = false;
-std::mutex g_known_mu;
 constexpr size_t kMaxModules = 64;
-
-PyObject *referent_unlocked(PyObject *weak) {
-  // The field itself (no reference taken: identity only); a dead referent reads as None.
-  return reinterpret_cast<PyWeakReference *>(weak)->wr_object;
-}
-
-// The frame of module named under parent (nullptr: a root), if known. Caller holds g_known_mu.
-const Known *known_locked(PyObject *module, PyObject *parent) {
-  auto it = g_known->find(module);
-  if (it == g_known->end() || it->second.parent != parent ||
-      referent_unlocked(it->second.weak) != module)
-    return nullptr;
-  return &it->second;
-}
 
 // Names modules[i] under modules[i + 1] for every unknown one, outermost first. With the GIL.
 uint32_t name_chain(PyObject **modules, size_t n) {
@@ -183,51 +170,24 @@ uint32_t name_chain(PyObject **modules, size_t n) {
   std::string parent_path;
   uint32_t frame = 0;
   for (size_t i = n; i-- > 0;) {
-    PyObject *module = modules[i];
     PyObject *parent = i + 1 < n ? modules[i + 1] : nullptr;
+    const Known *k;
     {
       std::lock_guard lock(g_known_mu);
-      if (const Known *k = known_locked(module, parent)) {
-        parent_path = k->path;
-        frame = k->frame;
-        continue;
-      }
+      k = find_known(modules[i], parent);
     }
-    PyObject *res = PyObject_CallFunction(g_resolve, "OOs", module, parent ? parent : Py_None,
-                                          parent ? parent_path.c_str() : nullptr);
-    unsigned long f = 0;
-    const char *path = nullptr;
-    PyObject *weak = nullptr;
-    if (res == nullptr || !PyArg_ParseTuple(res, "ks", &f, &path) ||
-        (weak = PyWeakref_NewRef(module, nullptr)) == nullptr) {
-      Py_XDECREF(res);
-      PyErr_Clear();
-      frame = 0;
-      break;  // unnamed: the operator goes without a module frame
+    if (k == nullptr) k = name_module(modules[i], parent, parent_path);
+    if (k == nullptr) {
+      frame = 0;  // unnamed: the operator goes without a module frame
+      break;
     }
-    {
-      std::lock_guard lock(g_known_mu);
-      if (g_known->size() > 100000) {
-        for (auto &[key, v] : *g_known) Py_XDECREF(v.weak);
-        g_known->clear();
-        ++g_cache_generation;
-      }
-      Known &k = (*g_known)[module];
-      Py_XDECREF(k.weak);
-      k.weak = weak;
-      k.parent = parent;
-      k.frame = static_cast<uint32_t>(f);
-      k.path = path;
-      parent_path = k.path;
-      frame = k.frame;
-    }
-    Py_DECREF(res);
+    parent_path = k->path;  // the GIL is held: the entry stays
+    frame = k->frame;
   }
   PyGILState_Release(gil);
   return frame;
 }
 
-// The adapter's module-frame function: the frame of the innermost running module, or 0.
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing() != 0;
@@ -236,6 +196,7 @@ bool finalizing() {
 #endif
 }
 
+// The adapter's module-frame function: the frame of the innermost running module, or 0.
 uint32_t module_frame_from_stack() {
   if (!g_enabled || !g_stack_mode || finalizing()) return 0;
   PyObject *modules[kMaxModules];
@@ -244,9 +205,21 @@ uint32_t module_frame_from_stack() {
   PyObject *parent = n > 1 ? modules[1] : nullptr;
   {
     std::lock_guard lock(g_known_mu);
-    if (const Known *k = known_locked(modules[0], parent)) return k->frame;
+    if (const Known *k = find_known(modules[0], parent)) return k->frame;
   }
   return name_chain(modules, n);
+}
+
+// Either mode's configure: the naming function, and the cache on first use.
+void set_resolver(nb::object resolve) {
+  if (g_known == nullptr) {
+    g_known = new std::unordered_map<PyObject *, Known>();
+    // A thread holding the lock at fork would leave it held in the child forever.
+    pthread_atfork([] { g_known_mu.lock(); }, [] { g_known_mu.unlock(); },
+                   [] { g_known_mu.unlock(); });
+  }
+  Py_XDECREF(g_resolve);
+  g_resolve = resolve.release().ptr();
 }
 
 }  // namespace
@@ -257,15 +230,8 @@ void bind_module_hooks(nb::module_ &m) {
       [](nb::object call_impl, nb::object resolve) -> uintptr_t {
         if (!module_stack_supported()) return 0;
         nb::object code = call_impl.attr("__code__");
-        if (g_known == nullptr) g_known = new std::unordered_map<PyObject *, Known>();
-        Py_XDECREF(g_resolve);
-        g_resolve = resolve.release().ptr();
-        if (g_call_impl_code == nullptr) {
-          g_call_impl_code = code.release().ptr();  // kept
-          // A thread holding the lock at fork would leave it held in the child forever.
-          pthread_atfork([] { g_known_mu.lock(); }, [] { g_known_mu.unlock(); },
-                         [] { g_known_mu.unlock(); });
-        }
+        set_resolver(std::move(resolve));
+        if (g_call_impl_code == nullptr) g_call_impl_code = code.release().ptr();  // kept
         g_stack_mode = true;
         g_enabled = true;
         return reinterpret_cast<uintptr_t>(&module_frame_from_stack);
@@ -275,9 +241,7 @@ void bind_module_hooks(nb::module_ &m) {
   m.def(
       "module_hooks_configure",
       [](uintptr_t cell_fn, nb::object resolve) {
-        if (g_known == nullptr) g_known = new std::unordered_map<PyObject *, Known>();
-        Py_XDECREF(g_resolve);
-        g_resolve = resolve.release().ptr();
+        set_resolver(std::move(resolve));
         g_cell = reinterpret_cast<CellFn>(cell_fn);
         ++g_generation;
         g_enabled = true;

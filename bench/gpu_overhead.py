@@ -41,9 +41,14 @@ DEEPCONTEXT_MODES = {
     "deepcontext-native": {"native": True, "interval_ms": 1.0},
     # CUPTI activity buffers of 8 MiB (the default is 1 MiB): what buffer size does to RSS
     "deepcontext-buf8m": {},
+    # CUPTI API callbacks on the runtime and the driver (the default is the driver's only)
+    "deepcontext-rtdriver": {},
 }
 # environment a configuration's child runs with
-MODE_ENV = {"deepcontext-buf8m": {"DEEPCONTEXT_CUPTI_BUFFER_KB": "8192"}}
+MODE_ENV = {
+    "deepcontext-buf8m": {"DEEPCONTEXT_CUPTI_BUFFER_KB": "8192"},
+    "deepcontext-rtdriver": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"},
+}
 WARMUP = 10
 
 

@@ -47,11 +47,23 @@ finally:
 CONFIGS = ["none", "deepcontext", "deepcontext --no-jax-hlo-ops", "jax.profiler"]
 # Optional: XLA's NVTX ranges through CUPTI's NVTX injection and callbacks instead of our own.
 VIA_CUPTI = "deepcontext, NVTX via CUPTI"
+# Where CUPTI's share goes: its API callbacks on the runtime and the driver (the default is the
+# driver's only; DEEPCONTEXT_CUPTI_API_DOMAINS, docs/gpu.md), or none at all (activity records
+# only: kernels unattributed), or no CUPTI.
+ENV_CONFIGS = {
+    "deepcontext, runtime and driver API callbacks": {
+        "DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"
+    },
+    "deepcontext, no API callbacks": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "none"},
+}
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
     "nohlo": "deepcontext --no-jax-hlo-ops",
     "nocmdbuf": "deepcontext --no-jax-command-buffers",
+    "nogpu": "deepcontext --no-gpu",
     "cupti-nvtx": VIA_CUPTI,
+    "rtdriver": "deepcontext, runtime and driver API callbacks",
+    "noapi": "deepcontext, no API callbacks",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 
@@ -63,6 +75,9 @@ def command(cfg: str, py: str, train_args: list[str], out: str) -> list[str]:
             "DEEPCONTEXT_NVTX_INJECTION=cupti",
             *command("deepcontext", py, train_args, out),
         ]
+    if cfg in ENV_CONFIGS:
+        env = [f"{k}={v}" for k, v in ENV_CONFIGS[cfg].items()]
+        return ["env", *env, *command("deepcontext", py, train_args, out)]
     if cfg == "none":
         return [py, TRAIN, *train_args]
     if cfg == "jax.profiler":

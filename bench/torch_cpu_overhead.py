@@ -6,7 +6,8 @@ Every configuration runs the same loop (examples/torch: model + SGD step, one in
 a fresh interpreter, `--repeat` times, interleaved; a run reports the loop's wall and CPU time,
 the time to finish (stop the profiler and write its output) and the peak RSS. The table shows
 the best time and the median memory of the runs, and the ratio to the no-profiler run. The memory rows run DeepContext at 50 and at 500
-steps (peak RSS and profile size should not grow with the number of steps).
+steps (peak RSS and profile size should not grow with the number of steps), in the first
+`--memory-rounds` rounds.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=["mlp", "cnn", "gather"], default="mlp")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
     ap.add_argument("--markdown", help="also write the tables to this file")
+    ap.add_argument(
+        "--memory-rounds",
+        type=int,
+        default=1,
+        help="rounds that also run deepcontext at 50 and 500 steps (the memory rows)",
+    )
     args = ap.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
 
@@ -117,7 +124,7 @@ def main(argv=None) -> int:
             for c in configs[r % len(configs) :] + configs[: r % len(configs)]:
                 results[c].append(run_one(c, args.steps, args.model, tmp))
                 print(f"  run {r + 1}/{args.repeat} {c}: {results[c][-1]}", file=sys.stderr)
-            if "deepcontext" in configs:
+            if "deepcontext" in configs and r < args.memory_rounds:
                 for steps in mem:
                     mem[steps].append(run_one("deepcontext", steps, args.model, tmp))
 

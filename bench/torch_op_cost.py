@@ -53,9 +53,10 @@ CONFIGS = {
     "--no-torch (sampling, CUPTI)": ["--no-torch"],
     "--no-gpu (sampling, operators, modules, memory)": ["--no-gpu"],
 }
-# CUPTI's parts (CUDA only, --no-torch): driver callbacks only, activity records only.
+# CUPTI's parts (CUDA only, --no-torch): runtime and driver callbacks (the default before
+# 2026-12-04; now the driver's only), activity records only.
 CUPTI_CONFIGS = {
-    "--no-torch, driver API callbacks only": (["--no-torch"], "driver"),
+    "--no-torch, runtime and driver API callbacks": (["--no-torch"], "runtime,driver"),
     "--no-torch, no API callbacks": (["--no-torch"], "none"),
 }
 

@@ -22,7 +22,13 @@ WORKLOADS = ("eager", "graph", "threads")
 def capture(name: str, out_dir: str) -> str:
     fixture = os.path.join(out_dir, f"{name}.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, DEEPCONTEXT_CUPTI_RECORD=fixture)
+        # Both API domains, so that the fixtures hold the runtime's calls too: tests/gpu/
+        # test_replay.py checks on them that the driver's callbacks alone (the default) suffice.
+        env = dict(
+            os.environ,
+            DEEPCONTEXT_CUPTI_RECORD=fixture,
+            DEEPCONTEXT_CUPTI_API_DOMAINS="runtime,driver",
+        )
         cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", os.path.join(tmp, "p.dctx")]
         cmd.append(os.path.join(HERE, "workloads", f"{name}.py"))
         subprocess.run(cmd, env=env, check=True, cwd=tmp)

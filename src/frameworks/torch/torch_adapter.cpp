@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -167,6 +168,8 @@ struct NameHash {
   size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>()(s); }
 };
 
+struct NodeMem;  // memory by context (below)
+
 struct ThreadState {
   uint32_t generation = 0;
   std::vector<OpEntry> ops;
@@ -180,7 +183,9 @@ struct ThreadState {
   std::unordered_map<dctx_node, bool> shaped_nodes;      // nodes that have their "shapes" prop
   Ring *ring = nullptr;
   bool debug_info_pushed = false;
-  bool yielded = false;  // torch.profiler holds the allocator-report slot on this thread
+  bool yielded = false;    // torch.profiler holds the allocator-report slot on this thread
+  dctx_node mem_node = 0;  // the node whose NodeMem this thread last allocated under
+  NodeMem *mem = nullptr;
 
   void reset(uint32_t gen) {
     generation = gen;
@@ -192,6 +197,8 @@ struct ThreadState {
     shape_text.clear();
     shaped_nodes.clear();
     ring = nullptr;
+    mem_node = 0;
+    mem = nullptr;
   }
 };
 
@@ -269,12 +276,6 @@ std::string describe_inputs(const at::RecordFunction &fn) {
 // of us (while it runs, reports go to it, and we say so in a note).
 // ---------------------------------------------------------------------------------------------
 
-struct LiveAlloc {
-  dctx_node node;
-  int64_t size;
-  int dev;  // 0 cpu, 1 gpu
-};
-
 struct NodeMem {
   int64_t live[2] = {0, 0};
   int64_t peak[2] = {0, 0};
@@ -283,37 +284,108 @@ struct NodeMem {
   int64_t pending_count[2] = {0, 0};
 };
 
+// Live allocations by address (the device in the top bit of the key), each pointing at the
+// NodeMem of the context that allocated it. Open addressing with linear probing and
+// backward-shift deletion: an allocation or a free is a probe or two and allocates nothing (a
+// node-based map allocated and freed a node per tensor). Doubled at half load; never shrinks, so
+// its size follows the most allocations live at once, not the number of iterations.
+class LiveTable {
+ public:
+  struct Slot {
+    uintptr_t key;  // 0: empty
+    NodeMem *mem;
+    int64_t size;
+  };
+
+  void put(uintptr_t key, NodeMem *mem, int64_t size) {
+    if ((used_ + 1) * 2 > slots_.size()) grow();
+    size_t i = index(key);
+    while (slots_[i].key != 0 && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].key == 0) ++used_;
+    slots_[i] = Slot{key, mem, size};
+  }
+
+  // Removes key; false when it is not there (allocated before we started).
+  bool take(uintptr_t key, Slot *out) {
+    if (used_ == 0) return false;
+    size_t i = index(key);
+    while (slots_[i].key != key) {
+      if (slots_[i].key == 0) return false;
+      i = (i + 1) & mask_;
+    }
+    *out = slots_[i];
+    // Backward shift: move later entries of the run into the hole when their home allows it.
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask_; slots_[j].key != 0; j = (j + 1) & mask_) {
+      const size_t home = index(slots_[j].key);
+      // j may fill the hole unless its home lies cyclically in (hole, j].
+      if (((j - home) & mask_) >= ((j - hole) & mask_)) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole].key = 0;
+    --used_;
+    return true;
+  }
+
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{0, nullptr, 0});
+    used_ = 0;
+  }
+  size_t size() const { return used_; }
+
+ private:
+  size_t index(uintptr_t key) const {
+    return size_t((uint64_t(key) * 0x9E3779B97F4A7C15ull) >> shift_) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const size_t n = old.empty() ? 4096 : old.size() * 2;
+    slots_.assign(n, Slot{0, nullptr, 0});
+    mask_ = n - 1;
+    shift_ = 64 - unsigned(std::countr_zero(n));
+    used_ = 0;
+    for (const Slot &s : old)
+      if (s.key != 0) put(s.key, s.mem, s.size);
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  unsigned shift_ = 64;
+  size_t used_ = 0;
+};
+
 std::mutex g_mem_mu;
-std::unordered_map<uintptr_t, LiveAlloc> *g_live = nullptr;
+LiveTable *g_live = nullptr;
+// Element addresses of an unordered_map are stable: live entries and the threads' caches point
+// at them. Cleared only in a forked child, where every thread state starts over.
 std::unordered_map<dctx_node, NodeMem> *g_node_mem = nullptr;
 std::atomic<bool> g_noted_shadowed{false};
 
-dctx_node current_node() {
-  ThreadState &ts = tls();
-  if (!ts.ops.empty()) return ts.ops.back().node;
-  return dctx_current();
-}
-
 void report_alloc(void *ptr, int64_t size, c10::Device device) {
   if (!g_mem_enabled.load(std::memory_order_relaxed) || ptr == nullptr || size == 0) return;
-  int dev = device.is_cpu() ? 0 : 1;
-  uintptr_t key = reinterpret_cast<uintptr_t>(ptr) ^ (uintptr_t(dev) << 63);
+  const int dev = device.is_cpu() ? 0 : 1;
+  const uintptr_t key = reinterpret_cast<uintptr_t>(ptr) ^ (uintptr_t(dev) << 63);
   if (size > 0) {
-    dctx_node node = current_node();
+    ThreadState &ts = tls();
+    const dctx_node node = !ts.ops.empty() ? ts.ops.back().node : dctx_current();
     std::lock_guard<std::mutex> lock(g_mem_mu);
-    (*g_live)[key] = LiveAlloc{node, size, dev};
-    NodeMem &m = (*g_node_mem)[node];
+    // Allocations inside one operator come from one node: remember its NodeMem on the thread.
+    if (ts.mem_node != node || ts.mem == nullptr) {
+      ts.mem = &(*g_node_mem)[node];
+      ts.mem_node = node;
+    }
+    NodeMem &m = *ts.mem;
+    g_live->put(key, &m, size);
     m.live[dev] += size;
     m.peak[dev] = std::max(m.peak[dev], m.live[dev]);
     m.pending_bytes[dev] += size;
     m.pending_count[dev] += 1;
   } else {
     std::lock_guard<std::mutex> lock(g_mem_mu);
-    auto it = g_live->find(key);
-    if (it == g_live->end()) return;  // allocated before we started
-    auto nit = g_node_mem->find(it->second.node);
-    if (nit != g_node_mem->end()) nit->second.live[dev] -= it->second.size;
-    g_live->erase(it);
+    LiveTable::Slot s;
+    if (g_live->take(key, &s)) s.mem->live[dev] -= s.size;
   }
 }
 
@@ -562,7 +634,7 @@ DCTX_EXPORT int dctx_torch_install(int flags) {
   if (g_enabled.load()) return 0;
   static std::once_flag once;
   std::call_once(once, [] {
-    g_live = new std::unordered_map<uintptr_t, LiveAlloc>();
+    g_live = new LiveTable();
     g_node_mem = new std::unordered_map<dctx_node, NodeMem>();
     g_reporter = new std::shared_ptr<MemoryReporter>(std::make_shared<MemoryReporter>());
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -311,17 +311,19 @@ int Tracer::start(const char *candidates, const char *record_path) {
     dctx_note(message_.c_str());
     return DCTX_CUPTI_NO_GPU;
   }
-  // Diagnostic: DEEPCONTEXT_CUPTI_API_DOMAINS=driver leaves out the runtime's callbacks (a
-  // runtime call reaches the driver under the same correlation id, so kernels still match, but
-  // the API frame is then the driver's name); "none" leaves out both (kernels go unattributed).
-  // bench/torch_op_cost.py measures what each costs per launch.
+  // API callbacks on the driver only, by default: a runtime call reaches the driver under its
+  // own correlation id, so its kernels match all the same, and each launch costs CUPTI two
+  // callbacks instead of four (about 1 us less per launch on the H200; docs/gpu.md). The API
+  // frame is then the driver's name (cuLaunchKernel). DEEPCONTEXT_CUPTI_API_DOMAINS=runtime,driver
+  // adds the runtime's (its names, e.g. cudaLaunchKernel, as the outermost call); "none" leaves
+  // out both (diagnostic: activity records only, kernels go unattributed).
   const char *domains_env = std::getenv("DEEPCONTEXT_CUPTI_API_DOMAINS");
-  const std::string domains = domains_env ? domains_env : "runtime,driver";
+  const std::string domains = domains_env ? domains_env : "driver";
   if (domains.find("runtime") != std::string::npos)
     enable_api_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_apis_);
   if (domains.find("driver") != std::string::npos)
     enable_api_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_apis_);
-  if (domains_env) dctx_set_meta("cupti_api_domains", domains.c_str());
+  dctx_set_meta("cupti_api_domains", domains.c_str());
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
                        CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,

@@ -43,11 +43,15 @@ DEEPCONTEXT_MODES = {
     "deepcontext-buf8m": {},
     # CUPTI API callbacks on the runtime and the driver (the default is the driver's only)
     "deepcontext-rtdriver": {},
+    # the floor of any CUPTI kernel tracer: activity records alone (no API callbacks, so kernels
+    # go unattributed), no operators; what is left is CUPTI's cost per launch and the sampler
+    "deepcontext-cupti-floor": {"torch": False},
 }
 # environment a configuration's child runs with
 MODE_ENV = {
     "deepcontext-buf8m": {"DEEPCONTEXT_CUPTI_BUFFER_KB": "8192"},
     "deepcontext-rtdriver": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"},
+    "deepcontext-cupti-floor": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "none"},
 }
 WARMUP = 10
 

@@ -61,6 +61,7 @@ ALIASES = {
     "nohlo": "deepcontext --no-jax-hlo-ops",
     "nocmdbuf": "deepcontext --no-jax-command-buffers",
     "nogpu": "deepcontext --no-gpu",
+    "nogpu-nosample": "deepcontext --no-gpu --no-wall --interval 100000",
     "cupti-nvtx": VIA_CUPTI,
     "rtdriver": "deepcontext, runtime and driver API callbacks",
     "noapi": "deepcontext, no API callbacks",

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -37,6 +36,7 @@
 
 #include "deepcontext/monitor.h"
 #include "deepcontext/timeline.h"
+#include "live_table.h"  // beside this file, also in the package's copy for on-demand builds
 
 #ifndef DCTX_TORCH_VERSION
 #define DCTX_TORCH_VERSION "unknown"
@@ -284,77 +284,7 @@ struct NodeMem {
   int64_t pending_count[2] = {0, 0};
 };
 
-// Live allocations by address (the device in the top bit of the key), each pointing at the
-// NodeMem of the context that allocated it. Open addressing with linear probing and
-// backward-shift deletion: an allocation or a free is a probe or two and allocates nothing (a
-// node-based map allocated and freed a node per tensor). Doubled at half load; never shrinks, so
-// its size follows the most allocations live at once, not the number of iterations.
-class LiveTable {
- public:
-  struct Slot {
-    uintptr_t key;  // 0: empty
-    NodeMem *mem;
-    int64_t size;
-  };
-
-  void put(uintptr_t key, NodeMem *mem, int64_t size) {
-    if ((used_ + 1) * 2 > slots_.size()) grow();
-    size_t i = index(key);
-    while (slots_[i].key != 0 && slots_[i].key != key) i = (i + 1) & mask_;
-    if (slots_[i].key == 0) ++used_;
-    slots_[i] = Slot{key, mem, size};
-  }
-
-  // Removes key; false when it is not there (allocated before we started).
-  bool take(uintptr_t key, Slot *out) {
-    if (used_ == 0) return false;
-    size_t i = index(key);
-    while (slots_[i].key != key) {
-      if (slots_[i].key == 0) return false;
-      i = (i + 1) & mask_;
-    }
-    *out = slots_[i];
-    // Backward shift: move later entries of the run into the hole when their home allows it.
-    size_t hole = i;
-    for (size_t j = (i + 1) & mask_; slots_[j].key != 0; j = (j + 1) & mask_) {
-      const size_t home = index(slots_[j].key);
-      // j may fill the hole unless its home lies cyclically in (hole, j].
-      if (((j - home) & mask_) >= ((j - hole) & mask_)) {
-        slots_[hole] = slots_[j];
-        hole = j;
-      }
-    }
-    slots_[hole].key = 0;
-    --used_;
-    return true;
-  }
-
-  void clear() {
-    std::fill(slots_.begin(), slots_.end(), Slot{0, nullptr, 0});
-    used_ = 0;
-  }
-  size_t size() const { return used_; }
-
- private:
-  size_t index(uintptr_t key) const {
-    return size_t((uint64_t(key) * 0x9E3779B97F4A7C15ull) >> shift_) & mask_;
-  }
-  void grow() {
-    std::vector<Slot> old = std::move(slots_);
-    const size_t n = old.empty() ? 4096 : old.size() * 2;
-    slots_.assign(n, Slot{0, nullptr, 0});
-    mask_ = n - 1;
-    shift_ = 64 - unsigned(std::countr_zero(n));
-    used_ = 0;
-    for (const Slot &s : old)
-      if (s.key != 0) put(s.key, s.mem, s.size);
-  }
-
-  std::vector<Slot> slots_;
-  size_t mask_ = 0;
-  unsigned shift_ = 64;
-  size_t used_ = 0;
-};
+using LiveTable = dctx::LiveTable<NodeMem>;
 
 std::mutex g_mem_mu;
 LiveTable *g_live = nullptr;

@@ -45,12 +45,13 @@ finally:
 """
 
 CONFIGS = ["none", "deepcontext", "deepcontext --no-jax-hlo-ops", "jax.profiler"]
-# Optional: XLA's NVTX ranges through CUPTI's NVTX injection and callbacks instead of our own.
 VIA_CUPTI = "deepcontext, NVTX via CUPTI"
-# Where CUPTI's share goes: its API callbacks on the runtime and the driver (the default is the
-# driver's only; DEEPCONTEXT_CUPTI_API_DOMAINS, docs/gpu.md), or none at all (activity records
-# only: kernels unattributed), or no CUPTI.
+# deepcontext run with an environment of its own. Optional: XLA's NVTX ranges through CUPTI's
+# NVTX injection and callbacks instead of our own; where CUPTI's share goes: its API callbacks
+# on the runtime and the driver (the default is the driver's only; DEEPCONTEXT_CUPTI_API_DOMAINS,
+# docs/gpu.md), or none at all (activity records only: kernels unattributed).
 ENV_CONFIGS = {
+    VIA_CUPTI: {"DEEPCONTEXT_NVTX_INJECTION": "cupti"},
     "deepcontext, runtime and driver API callbacks": {
         "DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"
     },
@@ -70,12 +71,6 @@ STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 
 
 def command(cfg: str, py: str, train_args: list[str], out: str) -> list[str]:
-    if cfg == VIA_CUPTI:
-        return [
-            "env",
-            "DEEPCONTEXT_NVTX_INJECTION=cupti",
-            *command("deepcontext", py, train_args, out),
-        ]
     if cfg in ENV_CONFIGS:
         env = [f"{k}={v}" for k, v in ENV_CONFIGS[cfg].items()]
         return ["env", *env, *command("deepcontext", py, train_args, out)]

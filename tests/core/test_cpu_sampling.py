@@ -120,7 +120,8 @@ def worker_b():
 ta = threading.Thread(target=worker_a, name="alpha")
 tb = threading.Thread(target=worker_b, name="beta")
 ta.start(); tb.start(); ta.join(); tb.join()
-spin(1_000_000)  # MAIN
+# Tens of samples too: the CPU time after the last sample of a run is not attributed.
+spin(4_000_000)  # MAIN
 """
 
 

@@ -39,6 +39,7 @@ import re
 import struct
 import sys
 
+from . import _core
 from .import_hook import AfterImport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -393,20 +394,13 @@ def _compile_wrapper(original):
     return compile_or_get_cached
 
 
-class _Jitted:
+class _Jitted(_core.ContextCall):
     """What ``jax.jit`` returns while profiling: calls set the worker context to the caller's
-    call path, then go to jax's own jitted function (its C++ fast path). Everything else
-    (``lower``, ``trace``, ``eval_shape``, attributes, method binding) is the original's."""
+    call path, then go to jax's own jitted function (its C++ fast path); both in C, in the base
+    class. Everything else (``lower``, ``trace``, ``eval_shape``, attributes, method binding) is
+    the original's, whose object is ``_dctx_fn``."""
 
-    __slots__ = ("_dctx_fn", "__weakref__")
-
-    def __init__(self, fn):
-        object.__setattr__(self, "_dctx_fn", fn)
-
-    def __call__(self, *args, **kwargs):
-        if _options is not None:
-            _set_worker(_current())
-        return self._dctx_fn(*args, **kwargs)
+    __slots__ = ("__weakref__",)
 
     def __getattr__(self, name):
         return getattr(self._dctx_fn, name)

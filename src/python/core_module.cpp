@@ -8,6 +8,7 @@
 
 #include "deepcontext/monitor.h"
 #include "monitor/session.h"
+#include "python/context_call.h"
 #include "python/module_hooks.h"
 #include "tree/cct.h"
 
@@ -30,6 +31,7 @@ std::string library_path() {
 NB_MODULE(_core, m) {
   m.doc() = "Native core of DeepContext (calling-context tree, sampler, .dctx writer).";
   dctx::bind_module_hooks(m);
+  dctx::bind_context_call(m);
   m.def(
       "start",
       [](const std::string &output, const std::string &hidden_prefix, unsigned long main_thread,

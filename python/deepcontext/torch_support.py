@@ -136,12 +136,61 @@ def deactivate() -> None:
     if _core_loaded():
         _core().module_hooks_enable(False)
     _unpatch_torch_profiler()
+    _record_threads()
     if _installed and _lib is not None:
         ops, matched, unmatched = stats()
         _core().set_meta("torch_backward_matched", str(matched))
         _core().set_meta("torch_backward_unmatched", str(unmatched))
         _lib.dctx_torch_uninstall()
     _installed = False
+
+
+# The most DataLoader workers any loader of the session started (its iterators read num_workers).
+_loader_workers = 0
+_loader_patch: tuple | None = None  # (DataLoader class, original _get_iterator)
+
+
+def _watch_loader_workers() -> None:
+    """Counts DataLoader workers for the thread-oversubscription rule: one wrapper call per
+    epoch (DataLoader._get_iterator makes each epoch's iterator)."""
+    global _loader_patch, _loader_workers
+    _loader_workers = 0
+    data = sys.modules.get("torch.utils.data")
+    loader = getattr(data, "DataLoader", None)
+    original = getattr(loader, "_get_iterator", None)
+    if original is None or _loader_patch is not None:
+        return
+
+    def _get_iterator(self, __orig=original):
+        global _loader_workers
+        _loader_workers = max(_loader_workers, int(getattr(self, "num_workers", 0) or 0))
+        return __orig(self)
+
+    loader._get_iterator = _get_iterator
+    _loader_patch = (loader, original, _get_iterator)
+
+
+def _record_threads() -> None:
+    """The thread counts the analyzer compares with the cores: cores this process may run on,
+    torch's intra-op threads at the end of the session, the most loader workers seen."""
+    global _loader_patch
+    if _loader_patch is not None:
+        loader, original, wrapper = _loader_patch
+        if loader.__dict__.get("_get_iterator") is wrapper:
+            loader._get_iterator = original
+        _loader_patch = None
+    torch = sys.modules.get("torch")
+    if not _installed or torch is None or not _core_loaded():
+        return
+    try:
+        core = _core()
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+        core.set_meta("cpu_count", str(cores))
+        core.set_meta("torch_num_threads", str(torch.get_num_threads()))
+        core.set_meta("dataloader_workers", str(_loader_workers))
+    except Exception:
+        pass
 
 
 def _core():
@@ -173,6 +222,7 @@ def _on_torch_imported() -> None:
         if flags & FLAG_MEMORY:
             _patch_torch_profiler(lib)
         _register_worker_exit()
+        _watch_loader_workers()
     except Exception as exc:  # never break the user's program
         msg = f"torch: operator context disabled: {exc}"
         try:

@@ -2,6 +2,7 @@
 
 #include <Python.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -36,10 +37,48 @@
 namespace dctx {
 namespace {
 
+// The time a thread was runnable but waited for a CPU: the second field of its schedstat, which
+// the kernel keeps per thread (CONFIG_SCHED_INFO). A file kept open per thread; -1 if unreadable.
+class RunQueueWait {
+ public:
+  void open(pid_t tid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", int(tid));
+    fd_ = ::open(path, O_RDONLY | O_CLOEXEC);
+    last_ = read();
+  }
+  // Nanoseconds waited since the last call.
+  uint64_t delta() {
+    const uint64_t now = read();
+    const uint64_t d = now > last_ ? now - last_ : 0;
+    last_ = now;
+    return d;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  uint64_t read() const {
+    if (fd_ < 0) return 0;
+    char buf[96];
+    const ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *end = nullptr;
+    std::strtoull(buf, &end, 10);  // time on the CPU
+    return std::strtoull(end, nullptr, 10);
+  }
+  int fd_ = -1;
+  uint64_t last_ = 0;
+};
+
 struct Sampled {
   clockid_t clock{};
   uint64_t last_cpu = 0;
   ThreadCounters counters;
+  RunQueueWait wait;
   pid_t tid = 0;
   dctx_node last_node = 0;  // where its last sample went
   bool seen = false;
@@ -87,7 +126,7 @@ struct State {
   bool scanned = false;    // the first scan (threads that were there when sampling started) done
   std::string process_comm;
   bool counters_ok = true;
-  dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr;
+  dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr, m_wait;
   uint64_t last_wall = 0;
 };
 
@@ -178,6 +217,7 @@ void tick(State &s, uint64_t wall_delta) {
       st.last_cpu = now_ns(st.clock);
 #if PY_VERSION_HEX >= 0x030B0000
       st.tid = static_cast<pid_t>(ts->native_thread_id);
+      st.wait.open(st.tid);
       if (s.opts.counters && s.counters_ok) {
         std::string err = st.counters.open(static_cast<pid_t>(ts->native_thread_id));
         if (!err.empty()) {
@@ -191,7 +231,8 @@ void tick(State &s, uint64_t wall_delta) {
     uint64_t cpu = now_ns(st.clock);
     uint64_t cpu_delta = cpu > st.last_cpu ? cpu - st.last_cpu : 0;
     st.last_cpu = cpu;
-    if (cpu_delta == 0 && !s.opts.wall) continue;
+    const uint64_t wait_delta = st.wait.delta();
+    if (cpu_delta == 0 && wait_delta == 0 && !s.opts.wall) continue;
     dctx_node node = sample_node(ts, s.opts.native && cpu_delta > 0);
     st.last_node = node;
     if (cpu_delta > 0) {
@@ -204,6 +245,7 @@ void tick(State &s, uint64_t wall_delta) {
         if (ins) tree().add(node, s.m_instr, double(ins));
       }
     }
+    if (wait_delta > 0) tree().add(node, s.m_wait, double(wait_delta));
     if (s.opts.wall && wall_delta) tree().add(node, s.m_wall, double(wall_delta));
   }
   for (auto it = s.threads.begin(); it != s.threads.end();) {
@@ -211,6 +253,7 @@ void tick(State &s, uint64_t wall_delta) {
       if (it->second.tid != 0 && it->second.last_node != 0)
         s.departing.push_back({it->second.tid, it->second.last_cpu, it->second.last_node});
       it->second.counters.close();
+      it->second.wait.close();
       native_unwind_forget(it->second.tid);
       it = s.threads.erase(it);
     } else {
@@ -399,6 +442,8 @@ void sampler_start(const SamplerOptions &opts) {
   g->m_samples = tree().metric("samples", "count", "CPU samples");
   g->m_cycles = tree().metric("cycles", "cycles", "CPU cycles (perf_event)");
   g->m_instr = tree().metric("instructions", "instructions", "instructions retired (perf_event)");
+  g->m_wait = tree().metric("cpu_wait", "ns",
+                            "time runnable but waiting for a CPU (run-queue delay), by sampling");
   if (opts.native && !native_unwind_install()) {
     tree().note("native frames not recorded: the unwinding signal is in use by the program");
     g->opts.native = false;
@@ -419,7 +464,10 @@ void sampler_stop() {
   PyThreadState *save = has_gil ? PyEval_SaveThread() : nullptr;
   g->thread.join();
   if (save) PyEval_RestoreThread(save);
-  for (auto &[id, st] : g->threads) st.counters.close();
+  for (auto &[id, st] : g->threads) {
+    st.counters.close();
+    st.wait.close();
+  }
   if (g->opts.native) {
     const NativeUnwindStats u = native_unwind_stats();
     char buf[200];

@@ -3,6 +3,8 @@ that causes it, and stays silent on the fixed version of the same program."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from deepcontext import load
 from deepcontext.analyzer import analyze
@@ -64,12 +66,19 @@ def test_index_backward_evidence(profiles):
 
 def test_thread_oversubscription(profiles):
     before = load(profiles("threads"))
-    if "torch_num_threads" not in before.meta or "cpu_count" not in before.meta:
-        pytest.skip(
-            "profile metadata lacks torch_num_threads / cpu_count (recorded by the torch layer)"
-        )
-    assert analyze(before).by_rule("thread-oversubscription")
-    assert not analyze(profiles("threads", fixed=True)).by_rule("thread-oversubscription")
+    # The torch layer records the thread counts the rule compares with the cores.
+    assert before.meta["torch_num_threads"] == "16"
+    assert int(before.meta["cpu_count"]) == len(os.sched_getaffinity(0))
+    found = analyze(before).by_rule("thread-oversubscription")
+    assert found
+    # The cost is measured: the main thread waited for a core (run-queue delay) while 16 intra-op
+    # threads shared the cores, and the estimate is that wait.
+    wait = found[0].evidence["cpu_wait"]
+    assert wait > 0.02 * found[0].evidence["cpu_time"]
+    assert found[0].saving == pytest.approx(wait)
+    fixed = load(profiles("threads", fixed=True))
+    assert int(fixed.meta["torch_num_threads"]) == len(os.sched_getaffinity(0))
+    assert not analyze(fixed).by_rule("thread-oversubscription")
 
 
 def test_docs_custom_rule_example(profiles, tmp_path):

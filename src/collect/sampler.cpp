@@ -128,6 +128,9 @@ struct State {
   bool counters_ok = true;
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr, m_wait;
   uint64_t last_wall = 0;
+  // The thread that started sampling and its CPU clock then: its first tick counts from there.
+  unsigned long start_thread = 0;
+  uint64_t start_cpu = 0;
 };
 
 State *g = nullptr;
@@ -215,6 +218,9 @@ void tick(State &s, uint64_t wall_delta) {
         st.clock = CLOCK_THREAD_CPUTIME_ID;  // unusable; never matches another thread
       }
       st.last_cpu = now_ns(st.clock);
+      // The starting thread's CPU time since sampler_start is in the profiled window: counted.
+      const bool starter = ts->thread_id == s.start_thread && s.start_cpu != 0;
+      if (starter) st.last_cpu = s.start_cpu;
 #if PY_VERSION_HEX >= 0x030B0000
       st.tid = static_cast<pid_t>(ts->native_thread_id);
       st.wait.open(st.tid);
@@ -448,6 +454,8 @@ void sampler_start(const SamplerOptions &opts) {
     tree().note("native frames not recorded: the unwinding signal is in use by the program");
     g->opts.native = false;
   }
+  g->start_thread = static_cast<unsigned long>(pthread_self());
+  g->start_cpu = now_ns(CLOCK_THREAD_CPUTIME_ID);
   g->running = true;
   g->thread = std::thread(loop, g);
 }
@@ -464,6 +472,18 @@ void sampler_stop() {
   PyThreadState *save = has_gil ? PyEval_SaveThread() : nullptr;
   g->thread.join();
   if (save) PyEval_RestoreThread(save);
+  // The CPU time a Python thread used since its last sample (up to one interval) goes where that
+  // sample went, as for a thread that exits between two ticks: without it a run's totals fall short
+  // of the threads' CPU time by an interval per thread.
+  for (auto &[id, st] : g->threads) {
+    const uint64_t cpu = st.last_node ? now_ns(st.clock) : 0;
+    if (cpu > st.last_cpu) tree().add(st.last_node, g->m_cpu, double(cpu - st.last_cpu));
+  }
+  for (const Departing &d : g->departing) {
+    const uint64_t cpu = now_ns(thread_clock(d.tid));
+    if (cpu > d.last_cpu) tree().add(d.node, g->m_cpu, double(cpu - d.last_cpu));
+  }
+  g->departing.clear();
   for (auto &[id, st] : g->threads) {
     st.counters.close();
     st.wait.close();

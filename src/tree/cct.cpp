@@ -137,14 +137,14 @@ Shard &Tree::my_shard() {
 void Tree::add(dctx_node n, dctx_metric m, double v) {
   Shard &s = my_shard();
   std::lock_guard lock(s.mu);
-  s.acc[Shard::key(n, m)].add(v);
+  s.at(Shard::key(n, m)).add(v);
 }
 
 void Tree::add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2) {
   Shard &s = my_shard();
   std::lock_guard lock(s.mu);
-  s.acc[Shard::key(n, m1)].add(v1);
-  s.acc[Shard::key(n, m2)].add(v2);
+  s.at(Shard::key(n, m1)).add(v1);
+  s.at(Shard::key(n, m2)).add(v2);
 }
 
 void Tree::set_prop(dctx_node n, std::string_view key, std::string_view value) {
@@ -194,7 +194,7 @@ void Tree::clear_metrics() {
   std::lock_guard lock(shards_mu_);
   for (Shard *sh : shards_) {
     std::lock_guard l(sh->mu);
-    sh->acc.clear();
+    sh->clear();
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -85,6 +86,30 @@ struct Shard {
   std::unordered_map<uint64_t, Acc> acc;
   // Peak-style metrics (max of a running value) are merged with max, not sum.
   static uint64_t key(dctx_node n, dctx_metric m) { return (uint64_t(n) << 16) | m; }
+
+  // The accumulator of a key, through a small direct-mapped cache of the ones last used: a
+  // thread's updates mostly repeat a few (node, metric) pairs (an operator's time and count), and
+  // a hit skips the map's hashing and bucket walk. The map's element addresses are stable until
+  // clear(), which empties the cache too. Called under mu.
+  Acc &at(uint64_t k) {
+    Hot &h = hot[((k >> 16) ^ (k << 3) ^ (k >> 22)) & (kHot - 1)];
+    if (h.key == k) return *h.acc;
+    Acc &a = acc[k];
+    h = Hot{k, &a};
+    return a;
+  }
+  void clear() {
+    acc.clear();
+    hot.fill(Hot{});
+  }
+
+ private:
+  static constexpr size_t kHot = 64;
+  struct Hot {
+    uint64_t key = ~uint64_t{0};
+    Acc *acc = nullptr;
+  };
+  std::array<Hot, kHot> hot{};
 };
 
 struct Snapshot;

@@ -1,6 +1,7 @@
 // The calling-context tree: interning, stable node ids, and per-thread shards merged at snapshot.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,28 @@ TEST(Tree, ClearMetricsKeepsTheTree) {
   dctx::Snapshot s = t.snapshot();
   EXPECT_TRUE(s.acc.empty());
   EXPECT_EQ(s.parent.size(), 2u);
+}
+
+TEST(Tree, UpdatesAfterClearGoToNewAccumulators) {
+  // A thread's shard caches where its recent accumulators are; after clear_metrics (a forked
+  // child starting its own profile) that cache must not point into the emptied map.
+  dctx::Tree t;
+  dctx_metric a = t.metric("op_time", "ns", "");
+  dctx_metric b = t.metric("op_count", "count", "");
+  std::vector<dctx_node> nodes;
+  for (int i = 0; i < 200; ++i)
+    nodes.push_back(t.child(0, t.frame(DCTX_FRAME_OPERATOR, "op" + std::to_string(i), "", 0, "")));
+  for (int round = 0; round < 3; ++round)
+    for (dctx_node n : nodes) t.add2(n, a, 2.0, b, 1.0);
+  t.clear_metrics();
+  for (dctx_node n : nodes) t.add2(n, a, 5.0, b, 1.0);
+  t.add(nodes[7], a, 1.0);
+  dctx::Snapshot s = t.snapshot();
+  ASSERT_EQ(s.acc.size(), 2 * nodes.size());
+  for (dctx_node n : nodes) {
+    EXPECT_DOUBLE_EQ(s.acc.at(dctx::Shard::key(n, a)).sum, n == nodes[7] ? 6.0 : 5.0);
+    EXPECT_EQ(s.acc.at(dctx::Shard::key(n, b)).count, 1u);
+  }
 }
 
 }  // namespace

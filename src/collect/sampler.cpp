@@ -82,7 +82,13 @@ struct Sampled {
   pid_t tid = 0;
   dctx_node last_node = 0;  // where its last sample went
   bool seen = false;
+  bool files = false;  // holds descriptors (counters, schedstat)
 };
+
+// Per-thread descriptors (two counters, one schedstat file) count against the program's limit of
+// open files: only this many Python threads get them (the main thread and the first helpers,
+// where the step runs), never hundreds in a program with a large thread pool.
+constexpr int kMaxThreadsWithFiles = 32;
 
 // A Python thread whose tstate is gone: its kernel thread may still be there for a moment, with
 // the CPU time it used since its last sample (tick_native reads it once, without the GIL).
@@ -126,6 +132,7 @@ struct State {
   bool scanned = false;    // the first scan (threads that were there when sampling started) done
   std::string process_comm;
   bool counters_ok = true;
+  int threads_with_files = 0;
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr, m_wait;
   uint64_t last_wall = 0;
   // The thread that started sampling and its CPU clock then: its first tick counts from there.
@@ -223,12 +230,16 @@ void tick(State &s, uint64_t wall_delta) {
       if (starter) st.last_cpu = s.start_cpu;
 #if PY_VERSION_HEX >= 0x030B0000
       st.tid = static_cast<pid_t>(ts->native_thread_id);
-      st.wait.open(st.tid);
-      if (s.opts.counters && s.counters_ok) {
-        std::string err = st.counters.open(static_cast<pid_t>(ts->native_thread_id));
-        if (!err.empty()) {
-          s.counters_ok = false;
-          tree().note(err);
+      if (s.threads_with_files < kMaxThreadsWithFiles) {
+        st.files = true;
+        ++s.threads_with_files;
+        st.wait.open(st.tid);
+        if (s.opts.counters && s.counters_ok) {
+          std::string err = st.counters.open(static_cast<pid_t>(ts->native_thread_id));
+          if (!err.empty()) {
+            s.counters_ok = false;
+            tree().note(err);
+          }
         }
       }
 #endif
@@ -260,6 +271,7 @@ void tick(State &s, uint64_t wall_delta) {
         s.departing.push_back({it->second.tid, it->second.last_cpu, it->second.last_node});
       it->second.counters.close();
       it->second.wait.close();
+      if (it->second.files) --s.threads_with_files;
       native_unwind_forget(it->second.tid);
       it = s.threads.erase(it);
     } else {
@@ -499,6 +511,7 @@ void sampler_stop() {
     tree().set_meta("native_unwind", buf);
   }
   g->threads.clear();
+  g->threads_with_files = 0;
   g->native_threads.clear();
   g->running = false;
 }

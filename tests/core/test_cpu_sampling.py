@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import deepcontext
 from core_helpers import line_of
 
@@ -172,6 +175,35 @@ def test_cpu_time_totals_the_threads_clock(run_program):
     assert main.inclusive("cpu_time") >= 0.99 * measured
     # And nothing is counted twice: the profile spans the script plus its start and exit.
     assert main.inclusive("cpu_time") <= measured + 0.5e9
+
+
+MANY_THREADS = """
+import os, threading, time
+
+go = threading.Event()
+threads = [threading.Thread(target=go.wait) for _ in range(300)]
+for t in threads:
+    t.start()
+time.sleep(0.3)  # the sampler sees every thread for many ticks
+print(len(os.listdir("/proc/self/fd")))
+go.set()
+for t in threads:
+    t.join()
+"""
+
+
+def test_descriptors_stay_bounded_with_many_threads(run_program, tmp_path):
+    # Per-thread files (schedstat, hardware counters) count against the program's limit of open
+    # files (often 1024): a program with a large thread pool must not run out because of us.
+    plain = subprocess.run(
+        [sys.executable, "-c", MANY_THREADS], capture_output=True, text=True, timeout=60
+    )
+    assert plain.returncode == 0, plain.stderr
+    proc, out = run_program(MANY_THREADS)
+    extra = int(proc.stdout.split()[-1]) - int(plain.stdout.split()[-1])
+    assert extra < 150, f"{extra} more descriptors under profiling with 300 threads"
+    p = deepcontext.load(out)
+    assert p.total("cpu_time") > 0
 
 
 NATIVE = """

@@ -324,7 +324,7 @@ void threads(const Query &q, const Context &, std::vector<Finding> &out) {
   // over-subscription cost them, measured. Not exact either way: an intra-op region also waits for
   // its preempted pool threads (not counted), and some waiting may remain after the fix (on the
   // 16-thread test program: 2.50 s estimated, 2.15 s gained).
-  const bool measured = q.values("cpu_wait") != nullptr;
+  const bool measured = q.profile().meta_value("cpu_wait_source") != nullptr;
   const double wait = q.total("cpu_wait");
   const double cpu = q.total("cpu_time");
   if (measured && cpu > 0 && wait < kMinWaitShare * cpu) return;

@@ -47,6 +47,7 @@ class RunQueueWait {
     fd_ = ::open(path, O_RDONLY | O_CLOEXEC);
     last_ = read();
   }
+  bool readable() const { return fd_ >= 0; }
   // Nanoseconds waited since the last call.
   uint64_t delta() {
     const uint64_t now = read();
@@ -133,6 +134,7 @@ struct State {
   std::string process_comm;
   bool counters_ok = true;
   int threads_with_files = 0;
+  bool wait_noted = false;  // cpu_wait_source is in the run's metadata
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr, m_wait;
   uint64_t last_wall = 0;
   // The thread that started sampling and its CPU clock then: its first tick counts from there.
@@ -234,6 +236,11 @@ void tick(State &s, uint64_t wall_delta) {
         st.files = true;
         ++s.threads_with_files;
         st.wait.open(st.tid);
+        // The analyzer reads cpu_wait as a measurement only where the kernel gave it.
+        if (st.wait.readable() && !s.wait_noted) {
+          s.wait_noted = true;
+          tree().set_meta("cpu_wait_source", "schedstat");
+        }
         if (s.opts.counters && s.counters_ok) {
           std::string err = st.counters.open(static_cast<pid_t>(ts->native_thread_id));
           if (!err.empty()) {
@@ -455,6 +462,7 @@ void sampler_start(const SamplerOptions &opts) {
   g->stop = false;
   g->scanned = false;
   g->scan_countdown = 0;
+  g->wait_noted = false;
   g->m_cpu = tree().metric("cpu_time", "ns", "thread CPU time, by sampling");
   g->m_wall = tree().metric("wall_time", "ns", "wall time, by sampling");
   g->m_samples = tree().metric("samples", "count", "CPU samples");

@@ -69,6 +69,7 @@ def test_thread_oversubscription(profiles):
     # The torch layer records the thread counts the rule compares with the cores.
     assert before.meta["torch_num_threads"] == "16"
     assert int(before.meta["cpu_count"]) == len(os.sched_getaffinity(0))
+    assert before.meta.get("cpu_wait_source") == "schedstat"  # Linux gives run-queue delays
     found = analyze(before).by_rule("thread-oversubscription")
     assert found
     # The cost is measured: the main thread waited for a core (run-queue delay) while 16 intra-op

@@ -147,7 +147,7 @@ def deactivate() -> None:
 
 # The most DataLoader workers any loader of the session started (its iterators read num_workers).
 _loader_workers = 0
-_loader_patch: tuple | None = None  # (DataLoader class, original _get_iterator)
+_loader_patch: tuple | None = None  # (DataLoader class, original _get_iterator, our wrapper)
 
 
 def _watch_loader_workers() -> None:

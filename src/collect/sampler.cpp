@@ -287,6 +287,19 @@ void tick(State &s, uint64_t wall_delta) {
   }
 }
 
+// Python threads whose tstate went since the last tick: the CPU time they used after their last
+// sample goes where that sample went (read once, without the GIL: at the next tick or the stop).
+void count_departing(State &s) {
+  for (const Departing &d : s.departing) {
+    const uint64_t cpu = now_ns(thread_clock(d.tid));  // 0 once the thread has exited
+    if (cpu > d.last_cpu) {
+      tree().add(d.node, s.m_cpu, double(cpu - d.last_cpu));
+      tree().add(d.node, s.m_samples, 1);
+    }
+  }
+  s.departing.clear();
+}
+
 std::string read_comm(pid_t tid) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/task/%d/comm", int(tid));
@@ -362,14 +375,7 @@ void tick_native(State &s) {
     s.scan_countdown = 10;
   }
   --s.scan_countdown;
-  for (const Departing &d : s.departing) {
-    const uint64_t cpu = now_ns(thread_clock(d.tid));  // 0 once the thread has exited
-    if (cpu > d.last_cpu) {
-      tree().add(d.node, s.m_cpu, double(cpu - d.last_cpu));
-      tree().add(d.node, s.m_samples, 1);
-    }
-  }
-  s.departing.clear();
+  count_departing(s);
   std::sort(s.python_tids.begin(), s.python_tids.end());
   for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
     const pid_t tid = it->first;
@@ -499,11 +505,7 @@ void sampler_stop() {
     const uint64_t cpu = st.last_node ? now_ns(st.clock) : 0;
     if (cpu > st.last_cpu) tree().add(st.last_node, g->m_cpu, double(cpu - st.last_cpu));
   }
-  for (const Departing &d : g->departing) {
-    const uint64_t cpu = now_ns(thread_clock(d.tid));
-    if (cpu > d.last_cpu) tree().add(d.node, g->m_cpu, double(cpu - d.last_cpu));
-  }
-  g->departing.clear();
+  count_departing(*g);
   for (auto &[id, st] : g->threads) {
     st.counters.close();
     st.wait.close();

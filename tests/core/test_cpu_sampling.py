@@ -123,7 +123,7 @@ def worker_b():
 ta = threading.Thread(target=worker_a, name="alpha")
 tb = threading.Thread(target=worker_b, name="beta")
 ta.start(); tb.start(); ta.join(); tb.join()
-# Tens of samples too: the CPU time after the last sample of a run is not attributed.
+# Tens of samples for the main thread too.
 spin(4_000_000)  # MAIN
 """
 
@@ -192,7 +192,7 @@ for t in threads:
 """
 
 
-def test_descriptors_stay_bounded_with_many_threads(run_program, tmp_path):
+def test_descriptors_stay_bounded_with_many_threads(run_program):
     # Per-thread files (schedstat, hardware counters) count against the program's limit of open
     # files (often 1024): a program with a large thread pool must not run out because of us.
     plain = subprocess.run(

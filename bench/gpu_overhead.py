@@ -189,6 +189,26 @@ def resident_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def mappings_kb() -> dict[str, int]:
+    """Resident KiB per mapping (path, [heap], or the anonymous map's address), from smaps."""
+    out: dict[str, int] = {}
+    name = ""
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=5)
+            if "-" in head[0] and ":" not in head[0]:
+                name = head[5].strip() if len(head) > 5 else "anon@" + head[0].split("-")[0]
+            elif head[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(head[1])
+    return out
+
+
+def growth_by_mapping(before: dict[str, int], after: dict[str, int]) -> list[tuple[str, int]]:
+    """The mappings whose resident size grew most between two snapshots (KiB), new ones included."""
+    grown = [(k, v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0) > 64]
+    return sorted(grown, key=lambda kv: -kv[1])[:8]
+
+
 def child(args) -> int:
     import torch
 
@@ -201,6 +221,7 @@ def child(args) -> int:
     result: dict = {}
 
     rss_curve: list[tuple[int, float]] = []  # (steps done, resident MiB) at each tenth
+    maps_first: dict[str, int] = {}  # resident KiB per mapping at the first tenth
 
     def measured():
         for i in range(args.steps):
@@ -212,6 +233,8 @@ def child(args) -> int:
             cpu_times.append(t1 - t0)
             if (i + 1) % max(1, args.steps // 10) == 0:
                 rss_curve.append((i + 1, resident_mb()))
+                if len(rss_curve) == 1:
+                    maps_first.update(mappings_kb())
 
     w0 = time.perf_counter()
     if args.mode == "baseline":
@@ -232,6 +255,8 @@ def child(args) -> int:
     result.setdefault("window_s", time.perf_counter() - w0)
     result["output"] = args.output
     result["rss_curve"] = rss_curve
+    if maps_first:  # where the growth from the first tenth to the end lies
+        result["rss_growth_kb"] = growth_by_mapping(maps_first, mappings_kb())
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["median_step_s"] = statistics.median(times)
     result["median_cpu_s"] = statistics.median(cpu_times)
@@ -285,6 +310,12 @@ def main() -> int:
         help="comma-separated partial deepcontext configurations to add: "
         + ", ".join(m for m in DEEPCONTEXT_MODES if m != "deepcontext"),
     )
+    ap.add_argument(
+        "--long-modes",
+        default="",
+        help="comma-separated configurations to run for --long-steps too (default: deepcontext, "
+        "no profiler, and deepcontext-buf8m when it is among the modes); 'all' for every mode",
+    )
     ap.add_argument("--keep", metavar="DIR", help="copy the deepcontext-native profiles here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -320,6 +351,10 @@ def main() -> int:
                 long_modes = ["deepcontext", "baseline"]
                 if "deepcontext-buf8m" in modes:
                     long_modes.append("deepcontext-buf8m")
+                if args.long_modes == "all":
+                    long_modes = [m for m in modes if m != "torch.profiler"]
+                elif args.long_modes:
+                    long_modes = args.long_modes.split(",")
                 for m in long_modes:
                     runs[f"{m}-long"] = [run_child(w, m, args.long_steps, tmp)]
                     report(w, m, args.long_steps, runs[f"{m}-long"][0])
@@ -358,6 +393,9 @@ def rss_curves(results: dict) -> str:
             if m.endswith("-long") and r and r[0].get("rss_curve"):
                 pts = " ".join(f"{n}:{mb:.0f}" for n, mb in r[0]["rss_curve"])
                 lines.append(f"RSS {w} {m}: {pts}")
+                grown = ", ".join(f"{k} +{kb} KiB" for k, kb in r[0].get("rss_growth_kb", []))
+                if grown:
+                    lines.append(f"    grew in: {grown}")
     return "\n".join(lines)
 
 

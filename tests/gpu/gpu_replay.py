@@ -55,6 +55,8 @@ class Activity(ctypes.Structure):
         ("static_smem", ctypes.c_int32),
         ("dynamic_smem", ctypes.c_int32),
         ("name", ctypes.c_char_p),
+        ("external", ctypes.c_uint64),
+        ("thread", ctypes.c_uint64),
     ]
 
 
@@ -118,6 +120,7 @@ def _libraries():
         ctypes.c_size_t,
         ctypes.c_uint64,
     ]
+    gpu.dctx_cupti_replay_launch_records.argtypes = [h]
     gpu.dctx_cupti_replay_close.argtypes = [h]
     return core, gpu
 
@@ -150,6 +153,9 @@ def replay(events: list[dict]) -> None:
             gpu.dctx_cupti_replay_api_enter(
                 r, ev["tid"], ev["api"].encode(), ev["corr"], ctx, ev["t"]
             )
+        elif e == "launch_mode":
+            if ev["launch"] == "records":
+                gpu.dctx_cupti_replay_launch_records(r)
         elif e == "exit":
             gpu.dctx_cupti_replay_api_exit(r, ev["tid"], ev["t"], ev["failed"])
         elif e == "graph_node":
@@ -160,7 +166,9 @@ def replay(events: list[dict]) -> None:
             arr = (Activity * max(len(recs), 1))()
             for a, rec in zip(arr[: len(recs)], recs, strict=True):
                 for field, _ in Activity._fields_:
-                    v = rec[field]
+                    v = rec.get(field, 0)  # external, thread: fixtures of launch records only
+                    if field == "external" and "path" in rec:
+                        v = context(rec["path"])  # the pushed operator node, rebuilt here
                     if field in ("grid", "block"):
                         getattr(a, field)[:] = v
                     elif field == "name":

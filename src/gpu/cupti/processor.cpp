@@ -355,6 +355,68 @@ void Processor::sweep_idle(bool all) {
   }
 }
 
+void Processor::external(const dctx_gpu_activity &r) {
+  // CUPTI writes one just before the API record of a call made with an id pushed; ids of calls
+  // whose API record never comes (a call not traced) are dropped when the map gets large.
+  if (externals_.size() > kMaxDeferred) externals_.clear();
+  externals_[r.correlation] = static_cast<dctx_node>(r.external);
+}
+
+void Processor::api_record(const dctx_gpu_activity &r) {
+  auto api = record_apis_.find(r.name ? r.name : "");
+  if (api == record_apis_.end())
+    api = record_apis_.emplace(r.name ? r.name : "", make_api(r.name ? r.name : "")).first;
+  const ApiInfo &info = api->second;
+  dctx_node context = 0;
+  if (auto it = externals_.find(r.correlation); it != externals_.end()) {
+    context = it->second;
+    externals_.erase(it);
+  }
+  if (context == 0) {  // a call outside any operator: no pushed context
+    ++stats_.unattributed;
+    if (unattributed_node_ == 0)
+      unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
+    context = unattributed_node_;
+  }
+  if (info.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
+  correlations_.put(r.correlation, dctx_child(context, info.frame));
+}
+
+// A kernel, copy or set whose launch context is known (or will never be): process it now.
+bool Processor::has_launch(const dctx_gpu_activity &r) {
+  dctx_node node = 0;
+  return r.graph_node != 0 || !launch_records_ || correlations_.get(r.correlation, &node);
+}
+
+void Processor::dispatch(const dctx_gpu_activity &r) {
+  switch (r.kind) {
+    case DCTX_GPU_KERNEL:
+      kernel(r);
+      break;
+    case DCTX_GPU_MEMCPY:
+      memcpy(r);
+      break;
+    case DCTX_GPU_MEMSET:
+      memset(r);
+      break;
+    default:
+      break;
+  }
+}
+
+void Processor::retry_deferred(bool all) {
+  const size_t n = deferred_.size();
+  for (size_t i = 0; i < n; ++i) {
+    Deferred d = std::move(deferred_.front());
+    deferred_.pop_front();
+    d.record.name = d.name.c_str();
+    if (all || has_launch(d.record))  // all: the end of the run
+      dispatch(d.record);
+    else
+      deferred_.push_back(std::move(d));
+  }
+}
+
 void Processor::process(const dctx_gpu_activity *records, size_t count) {
   std::lock_guard lock(mutex_);
   if (dctx_timeline_on()) {
@@ -365,20 +427,33 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
     clock_offset_ = (int64_t(wall.tv_sec) - int64_t(mono.tv_sec)) * 1000000000 +
                     (int64_t(wall.tv_nsec) - int64_t(mono.tv_nsec));
   }
+  // Launch contexts first (launches by activity records), so that a kernel finds its launch's
+  // context when both are in this buffer, in whatever order.
+  bool api_records = false;
   for (size_t i = 0; i < count; ++i) {
-    switch (records[i].kind) {
-      case DCTX_GPU_KERNEL:
-        kernel(records[i]);
-        break;
-      case DCTX_GPU_MEMCPY:
-        memcpy(records[i]);
-        break;
-      case DCTX_GPU_MEMSET:
-        memset(records[i]);
-        break;
-      default:
-        break;
+    if (records[i].kind == DCTX_GPU_EXTERNAL) {
+      external(records[i]);
+    } else if (records[i].kind == DCTX_GPU_API_RECORD) {
+      api_record(records[i]);
+      api_records = true;
     }
+  }
+  if (api_records && !deferred_.empty()) retry_deferred(false);
+  for (size_t i = 0; i < count; ++i) {
+    const dctx_gpu_activity &r = records[i];
+    if (r.kind != DCTX_GPU_KERNEL && r.kind != DCTX_GPU_MEMCPY && r.kind != DCTX_GPU_MEMSET)
+      continue;
+    if (has_launch(r)) {
+      dispatch(r);
+      continue;
+    }
+    if (deferred_.size() >= kMaxDeferred) {  // bounded: the oldest goes as it is
+      Deferred &oldest = deferred_.front();
+      oldest.record.name = oldest.name.c_str();
+      dispatch(oldest.record);
+      deferred_.pop_front();
+    }
+    deferred_.push_back({r, r.name ? r.name : ""});
   }
   sweep_idle(false);
 }
@@ -410,6 +485,7 @@ void Processor::publish_devices() {
 
 void Processor::finish(bool final) {
   std::lock_guard lock(mutex_);
+  if (final) retry_deferred(true);  // what never found its launch goes under <no launch context>
   sweep_idle(true);
   publish_devices();
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
@@ -436,11 +512,14 @@ void Processor::finish(bool final) {
   if (s.unattributed > 0) {
     std::snprintf(buf, sizeof buf,
                   "%llu GPU activity records had no launch context (launched before profiling "
-                  "started); they are under <no launch context>",
-                  (unsigned long long)s.unattributed);
+                  "started%s); they are under <no launch context>",
+                  (unsigned long long)s.unattributed,
+                  launch_records_ ? ", or outside any operator: launches were read from "
+                                    "activity records"
+                                  : "");
     dctx_note(buf);
   }
-  if (s.launches_expected > s.launches_received) {
+  if (static_cast<int64_t>(s.launches_expected - s.launches_received) > 0) {
     std::snprintf(buf, sizeof buf,
                   "%llu of %llu kernel launches produced no activity record (another CUPTI client "
                   "such as torch.profiler may have taken the activity buffers)",

@@ -48,6 +48,7 @@ DEEPCONTEXT_MODES = {
     "deepcontext-cupti-floor": {"torch": False},
     "deepcontext-records": {},
     "deepcontext-cupti-discard": {"torch": False},
+    "deepcontext-records-discard": {},
 }
 # environment a configuration's child runs with
 MODE_ENV = {
@@ -59,6 +60,10 @@ MODE_ENV = {
     # diagnostic: activity records taken from CUPTI and thrown away unread (RSS: ours or CUPTI's?)
     "deepcontext-cupti-discard": {
         "DEEPCONTEXT_CUPTI_API_DOMAINS": "none",
+        "DEEPCONTEXT_CUPTI_DISCARD": "1",
+    },
+    "deepcontext-records-discard": {
+        "DEEPCONTEXT_CUPTI_LAUNCH": "records",
         "DEEPCONTEXT_CUPTI_DISCARD": "1",
     },
 }

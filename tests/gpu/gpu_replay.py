@@ -121,6 +121,7 @@ def _libraries():
         ctypes.c_uint64,
     ]
     gpu.dctx_cupti_replay_launch_records.argtypes = [h]
+    gpu.dctx_cupti_replay_launch_captured.argtypes = [h]
     gpu.dctx_cupti_replay_close.argtypes = [h]
     return core, gpu
 
@@ -140,6 +141,7 @@ def replay(events: list[dict]) -> None:
         return node
 
     r = gpu.dctx_cupti_replay_open()
+    launch_records = False
     assert r, "the core is not active"
     for ev in events:
         e = ev["e"]
@@ -154,13 +156,16 @@ def replay(events: list[dict]) -> None:
                 r, ev["tid"], ev["api"].encode(), ev["corr"], ctx, ev["t"]
             )
         elif e == "launch_mode":
-            if ev["launch"] == "records":
+            launch_records = ev["launch"] == "records"
+            if launch_records:
                 gpu.dctx_cupti_replay_launch_records(r)
         elif e == "exit":
             gpu.dctx_cupti_replay_api_exit(r, ev["tid"], ev["t"], ev["failed"])
         elif e == "graph_node":
             ctx = context(ev["path"]) if "path" in ev else 0
             gpu.dctx_cupti_replay_graph_node(r, ev["tid"], ev["id"], ev["original"], ctx)
+            if launch_records and ev.get("kernel") and not ev["original"]:
+                gpu.dctx_cupti_replay_launch_captured(r)
         elif e == "buffer":
             recs = ev["records"]
             arr = (Activity * max(len(recs), 1))()

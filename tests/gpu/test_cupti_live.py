@@ -103,6 +103,31 @@ def test_torch_compile_reduce_overhead_kernels_are_under_the_capture_site(tmp_pa
     assert replay and all(under(n, "replay_steps") for n in replay)
 
 
+def test_torch_compile_kernels_are_under_the_calling_line(tmp_path):
+    """Inductor's Triton kernels run outside any aten operator: with launch callbacks they take the
+    Python path; with launch records (DEEPCONTEXT_CUPTI_LAUNCH=records) the compiled graph's own
+    record_function region, under the same line."""
+    prof, _ = run(
+        tmp_path,
+        """
+        import torch
+        def f(x):
+            return torch.nn.functional.gelu(x @ x).sin().sum(0)
+        g = torch.compile(f)
+        x = torch.randn(512, 512, device="cuda")
+        def compiled_steps():
+            for _ in range(20):
+                g(x)
+        compiled_steps()
+        torch.cuda.synchronize()
+    """,
+    )
+    kernels = [n for n in prof.nodes() if n.frame.kind == "kernel"]
+    total = prof.total("gpu_time")
+    steps = sum(n.exclusive("gpu_time") for n in kernels if under(n, "compiled_steps"))
+    assert total > 0 and steps / total > 0.9, (steps, total)
+
+
 def test_another_subscriber_first_turns_gpu_metrics_off_with_one_line(tmp_path):
     prof_path = tmp_path / "inner.dctx"
     script = tmp_path / "conflict.py"

@@ -43,6 +43,8 @@ void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_
                                   uint64_t original, dctx_node context);
 /* The fixture was captured with launches read from activity records (DEEPCONTEXT_CUPTI_LAUNCH). */
 void dctx_cupti_replay_launch_records(dctx_cupti_replay *r);
+/* With launch records: a kernel node recorded by stream capture (its launch's record never comes). */
+void dctx_cupti_replay_launch_captured(dctx_cupti_replay *r);
 void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,
                               uint64_t dropped);
 /* Finishes (metadata, notes) and frees. */

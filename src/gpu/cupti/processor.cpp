@@ -454,6 +454,7 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
       deferred_.pop_front();
     }
     deferred_.push_back({r, r.name ? r.name : ""});
+    stats_.deferred_peak = std::max<uint64_t>(stats_.deferred_peak, deferred_.size());
   }
   sweep_idle(false);
 }
@@ -494,12 +495,12 @@ void Processor::finish(bool final) {
   std::snprintf(buf, sizeof buf,
                 "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
                 "%llu, \"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-                "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
+                "\"launches_received\": %llu, \"deferred_peak\": %llu, \"gpu_time_ns\": %.0f}",
                 (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
                 (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
                 (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
                 (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
-                s.gpu_time_ns);
+                (unsigned long long)s.deferred_peak, s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
   if (!final) return;
   if (s.dropped > 0) {

@@ -76,6 +76,7 @@ struct ProcessorStats {
   uint64_t dropped = 0;           /* records CUPTI reported as dropped */
   uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
   uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
+  uint64_t deferred_peak = 0;     /* launch records: most records waiting for their launch */
   double gpu_time_ns = 0;
 };
 

@@ -115,11 +115,13 @@ void Recorder::api_exit(uint64_t now_ns, bool failed) {
   write_line(line);
 }
 
-void Recorder::graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context) {
+void Recorder::graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context,
+                          bool kernel) {
   std::string line = "{\"e\": \"graph_node\"";
   append_uint(line, "tid", thread_id());
   append_uint(line, "id", id);
   append_uint(line, "original", original);
+  append_uint(line, "kernel", kernel ? 1 : 0);
   if (with_context) write_path(line, context);
   line += "}";
   std::lock_guard lock(mutex_);

@@ -25,7 +25,8 @@ class Recorder {
                  dctx_node context, uint64_t now_ns);
   void api_exit(uint64_t now_ns, bool failed);
   void launch_mode(bool records);
-  void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context);
+  void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context,
+                  bool kernel);
   void buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped);
   void close();
 

@@ -538,17 +538,17 @@ void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
     if (!graph->originalNode || api_.graph_node_id(graph->originalNode, &original) != CUPTI_SUCCESS)
       return;
-    if (recorder_) recorder_->graph_node(id, original, false, 0);
+    if (recorder_) recorder_->graph_node(id, original, false, 0, false);
     processor_->graph_node_cloned(id, original);
     return;
   }
   ThreadState &state = t_state;
   const dctx_node context = state.depth == 0 ? launch_context() : 0;
-  if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context);
+  const bool kernel = graph->nodeType == CU_GRAPH_NODE_TYPE_KERNEL;
+  if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context, kernel);
   processor_->graph_node_created(state, id, context);
   // A captured launch's API record still comes, its kernel record does not.
-  if (launch_records_ && graph->nodeType == CU_GRAPH_NODE_TYPE_KERNEL)
-    processor_->launch_captured();
+  if (launch_records_ && kernel) processor_->launch_captured();
 }
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {

@@ -46,24 +46,16 @@ DEEPCONTEXT_MODES = {
     # the floor of any CUPTI kernel tracer: activity records alone (no API callbacks, so kernels
     # go unattributed), no operators; what is left is CUPTI's cost per launch and the sampler
     "deepcontext-cupti-floor": {"torch": False},
-    "deepcontext-records": {},
+    # diagnostic: the floor with the activity buffers dropped unread (RSS: ours or CUPTI's?)
     "deepcontext-cupti-discard": {"torch": False},
-    "deepcontext-records-discard": {},
 }
 # environment a configuration's child runs with
 MODE_ENV = {
     "deepcontext-buf8m": {"DEEPCONTEXT_CUPTI_BUFFER_KB": "8192"},
     "deepcontext-rtdriver": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"},
     "deepcontext-cupti-floor": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "none"},
-    # launches read from activity records (external correlation) instead of launch callbacks
-    "deepcontext-records": {"DEEPCONTEXT_CUPTI_LAUNCH": "records"},
-    # diagnostic: activity records taken from CUPTI and thrown away unread (RSS: ours or CUPTI's?)
     "deepcontext-cupti-discard": {
         "DEEPCONTEXT_CUPTI_API_DOMAINS": "none",
-        "DEEPCONTEXT_CUPTI_DISCARD": "1",
-    },
-    "deepcontext-records-discard": {
-        "DEEPCONTEXT_CUPTI_LAUNCH": "records",
         "DEEPCONTEXT_CUPTI_DISCARD": "1",
     },
 }
@@ -218,12 +210,9 @@ def mappings_kb() -> dict[str, int]:
 
 
 def growth_by_mapping(before: dict[str, int], after: dict[str, int]) -> list[tuple[str, int]]:
-    """The mappings whose resident size changed most between two snapshots (KiB; new and gone
-    mappings included), largest change first."""
-    keys = set(before) | set(after)
-    changed = [(k, after.get(k, 0) - before.get(k, 0)) for k in keys]
-    changed = [kv for kv in changed if abs(kv[1]) > 64]
-    return sorted(changed, key=lambda kv: -abs(kv[1]))[:8]
+    """The mappings whose resident size grew most between two snapshots (KiB), new ones included."""
+    grown = [(k, v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0) > 64]
+    return sorted(grown, key=lambda kv: -kv[1])[:8]
 
 
 def child(args) -> int:
@@ -252,8 +241,6 @@ def child(args) -> int:
                 rss_curve.append((i + 1, resident_mb()))
                 if len(rss_curve) == 1:
                     maps_first.update(mappings_kb())
-                elif i + 1 == args.steps and maps_first:  # the profiler still running
-                    result["rss_growth_kb"] = growth_by_mapping(maps_first, mappings_kb())
 
     w0 = time.perf_counter()
     if args.mode == "baseline":
@@ -274,6 +261,8 @@ def child(args) -> int:
     result.setdefault("window_s", time.perf_counter() - w0)
     result["output"] = args.output
     result["rss_curve"] = rss_curve
+    if maps_first:  # where the growth from the first tenth to the end lies
+        result["rss_growth_kb"] = growth_by_mapping(maps_first, mappings_kb())
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["median_step_s"] = statistics.median(times)
     result["median_cpu_s"] = statistics.median(cpu_times)
@@ -376,9 +365,10 @@ def main() -> int:
                     runs[f"{m}-long"] = [run_child(w, m, args.long_steps, tmp)]
                     report(w, m, args.long_steps, runs[f"{m}-long"][0])
             results["workloads"][w] = runs
-            print(summary_row(w, runs), flush=True)
-    table = summary_table(results)
-    print(table)
+            if args.runs:  # --runs 0: the long RSS runs only
+                print(summary_row(w, runs), flush=True)
+    if args.runs:
+        print(summary_table(results))
     print(rss_curves(results))
     if args.json:
         with open(args.json, "w") as f:
@@ -410,9 +400,9 @@ def rss_curves(results: dict) -> str:
             if m.endswith("-long") and r and r[0].get("rss_curve"):
                 pts = " ".join(f"{n}:{mb:.0f}" for n, mb in r[0]["rss_curve"])
                 lines.append(f"RSS {w} {m}: {pts}")
-                grown = ", ".join(f"{k} {kb:+} KiB" for k, kb in r[0].get("rss_growth_kb", []))
+                grown = ", ".join(f"{k} +{kb} KiB" for k, kb in r[0].get("rss_growth_kb", []))
                 if grown:
-                    lines.append(f"    changed: {grown}")
+                    lines.append(f"    grew in: {grown}")
     return "\n".join(lines)
 
 

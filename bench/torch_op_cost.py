@@ -53,20 +53,15 @@ CONFIGS = {
     "--no-torch (sampling, CUPTI)": ["--no-torch"],
     "--no-gpu (sampling, operators, modules, memory)": ["--no-gpu"],
 }
-# CUPTI's parts (CUDA only): runtime and driver callbacks (the default before 2026-12-04; now
-# the driver's only), activity records only, and launches read from activity records (operators
-# push their node as CUPTI's external correlation id) instead of launch callbacks.
+# CUPTI's parts (CUDA only, --no-torch): runtime and driver callbacks (the default before
+# 2026-12-04; now the driver's only), activity records only.
 CUPTI_CONFIGS = {
-    "--no-torch, runtime and driver API callbacks": (
-        ["--no-torch"],
-        {"DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"},
-    ),
-    "--no-torch, no API callbacks": (["--no-torch"], {"DEEPCONTEXT_CUPTI_API_DOMAINS": "none"}),
-    "deepcontext, launch records": ([], {"DEEPCONTEXT_CUPTI_LAUNCH": "records"}),
+    "--no-torch, runtime and driver API callbacks": (["--no-torch"], "runtime,driver"),
+    "--no-torch, no API callbacks": (["--no-torch"], "none"),
 }
 
 
-def run(flags, device: str, what: str, tmp: str, extra_env: dict | None = None) -> float:
+def run(flags, device: str, what: str, tmp: str, domains: str | None = None) -> float:
     script = os.path.join(tmp, "loop.py")
     with open(script, "w") as f:
         f.write(LOOP)
@@ -74,7 +69,9 @@ def run(flags, device: str, what: str, tmp: str, extra_env: dict | None = None) 
     if flags is not None:
         out = os.path.join(tmp, "p.dctx")
         cmd = [sys.executable, "-m", "deepcontext", "run", "-q", *flags, "-o", out, *cmd[1:]]
-    env = {**os.environ, **(extra_env or {})}
+    env = dict(os.environ)
+    if domains is not None:
+        env["DEEPCONTEXT_CUPTI_API_DOMAINS"] = domains
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
     if res.returncode != 0:
         raise SystemExit(f"{cmd} failed:\n{res.stderr[-2000:]}")
@@ -101,8 +98,8 @@ def main() -> int:
                     configs.update(CUPTI_CONFIGS)
                 best = {name: float("inf") for name in configs}
                 for _ in range(args.rounds):  # interleaved: drifts hit every configuration
-                    for name, (flags, extra_env) in configs.items():
-                        best[name] = min(best[name], run(flags, device, what, tmp, extra_env))
+                    for name, (flags, domains) in configs.items():
+                        best[name] = min(best[name], run(flags, device, what, tmp, domains))
                 base = best["no profiler"]
                 cells = [f"{base:.2f} us"] + [
                     f"+{best[n] - base:.2f}" if n in best else "-" for n in names[1:]

@@ -54,8 +54,7 @@ fi
 
 if want fixtures; then
   t0=$SECONDS
-  if (cd /tmp && "$py" "$root/tests/gpu/capture_fixtures.py" --out "$root/tests/data/gpu" \
-    ${FIXTURES_ARGS:-}) >"$out/fixtures.log" 2>&1; then
+  if (cd /tmp && "$py" "$root/tests/gpu/capture_fixtures.py" --out "$root/tests/data/gpu") >"$out/fixtures.log" 2>&1; then
     tar -C "$root/tests/data/gpu" -czf "$out/fixtures.tar.gz" .
     row fixtures ok $((SECONDS - t0)) "$(du -b "$out/fixtures.tar.gz" | cut -f1) bytes (tar.gz)"
   else
@@ -65,16 +64,9 @@ if want fixtures; then
 fi
 
 if want tests; then
-  # TESTS_LAUNCH="callbacks records": the live tests once per way of taking launch contexts
-  # (DEEPCONTEXT_CUPTI_LAUNCH, docs/gpu.md).
-  for launch in ${TESTS_LAUNCH:-callbacks}; do
-    t0=$SECONDS
-    # shellcheck disable=SC2086
-    (cd /tmp && DEEPCONTEXT_CUPTI_LAUNCH=$launch timeout "${TESTS_TIMEOUT:-300}" "$py" -m pytest -q \
-      -p no:cacheprovider "$root/tests/gpu" ${TESTS_ARGS:-} 2>&1) | tee "$out/tests-$launch.log" | tail -25
-    row "tests $launch" "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
-      "$(grep -E 'passed|failed' "$out/tests-$launch.log" | tail -1)"
-  done
+  t0=$SECONDS
+  (cd /tmp && timeout "${TESTS_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider "$root/tests/gpu" ${TESTS_ARGS:-} 2>&1) | tee "$out/tests.log" | tail -25
+  row tests "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "$(grep -E 'passed|failed' "$out/tests.log" | tail -1)"
 fi
 
 if want cases; then

@@ -238,11 +238,9 @@ void dctx_retarget(dctx_node node) {
   ThreadContext &ctx = this_thread_context();
   if (ctx.stack.empty()) return;
   ContextEntry &e = ctx.stack.back();
-  notify(e.domain, e.node, false);  // observers see the old node leave and the new one enter
   e.node = node;
   e.python_depth = UINT32_MAX;  // like dctx_enter_node: the path is the forward's
   ctx.top.store((uint64_t(node) << 32 | UINT32_MAX) + 1, std::memory_order_release);
-  notify(e.domain, node, true);
 }
 
 void dctx_exit(dctx_domain domain) {

@@ -4,8 +4,7 @@ Each workload of tests/gpu/workloads/ runs under `deepcontext run` with DEEPCONT
 set, so the GPU layer writes every intercepted callback and decoded activity record, with the
 launching context's full path, as JSON lines. tests/gpu/test_replay.py replays them without a GPU.
 
-    python tests/gpu/capture_fixtures.py [--out DIR] [--launch callbacks,records]
-    (scripts/gpu-check.sh runs it)
+    python tests/gpu/capture_fixtures.py [--out DIR]     (scripts/gpu-check.sh runs it)
 """
 
 from __future__ import annotations
@@ -20,22 +19,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("eager", "graph", "threads")
 
 
-def capture(name: str, out_dir: str, launch: str) -> str:
-    if launch == "records":
-        # Launches read from activity records (external correlation ids pushed by operators, the
-        # driver's API records): tests/gpu/test_replay_records.py.
-        fixture = os.path.join(out_dir, f"{name}_records.jsonl")
-        mode = {"DEEPCONTEXT_CUPTI_LAUNCH": "records", "DEEPCONTEXT_CUPTI_API_DOMAINS": "driver"}
-    else:
+def capture(name: str, out_dir: str) -> str:
+    fixture = os.path.join(out_dir, f"{name}.jsonl")
+    with tempfile.TemporaryDirectory() as tmp:
         # Both API domains, so that the fixtures hold the runtime's calls too: tests/gpu/
         # test_replay.py checks on them that the driver's callbacks alone (the default) suffice.
-        fixture = os.path.join(out_dir, f"{name}.jsonl")
-        mode = {
-            "DEEPCONTEXT_CUPTI_LAUNCH": "callbacks",
-            "DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver",
-        }
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, DEEPCONTEXT_CUPTI_RECORD=fixture, **mode)
+        env = dict(
+            os.environ,
+            DEEPCONTEXT_CUPTI_RECORD=fixture,
+            DEEPCONTEXT_CUPTI_API_DOMAINS="runtime,driver",
+        )
         cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", os.path.join(tmp, "p.dctx")]
         cmd.append(os.path.join(HERE, "workloads", f"{name}.py"))
         subprocess.run(cmd, env=env, check=True, cwd=tmp)
@@ -45,13 +38,11 @@ def capture(name: str, out_dir: str, launch: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(HERE, "..", "data", "gpu"))
-    ap.add_argument("--launch", default="callbacks,records", help="launch modes to capture")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for launch in args.launch.split(","):
-        for name in WORKLOADS:
-            path = capture(name, args.out, launch)
-            print(f"{path}: {os.path.getsize(path)} bytes")
+    for name in WORKLOADS:
+        path = capture(name, args.out)
+        print(f"{path}: {os.path.getsize(path)} bytes")
     return 0
 
 

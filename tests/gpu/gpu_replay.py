@@ -55,8 +55,6 @@ class Activity(ctypes.Structure):
         ("static_smem", ctypes.c_int32),
         ("dynamic_smem", ctypes.c_int32),
         ("name", ctypes.c_char_p),
-        ("external", ctypes.c_uint64),
-        ("thread", ctypes.c_uint64),
     ]
 
 
@@ -120,8 +118,6 @@ def _libraries():
         ctypes.c_size_t,
         ctypes.c_uint64,
     ]
-    gpu.dctx_cupti_replay_launch_records.argtypes = [h]
-    gpu.dctx_cupti_replay_launch_captured.argtypes = [h]
     gpu.dctx_cupti_replay_close.argtypes = [h]
     return core, gpu
 
@@ -141,7 +137,6 @@ def replay(events: list[dict]) -> None:
         return node
 
     r = gpu.dctx_cupti_replay_open()
-    launch_records = False
     assert r, "the core is not active"
     for ev in events:
         e = ev["e"]
@@ -155,25 +150,17 @@ def replay(events: list[dict]) -> None:
             gpu.dctx_cupti_replay_api_enter(
                 r, ev["tid"], ev["api"].encode(), ev["corr"], ctx, ev["t"]
             )
-        elif e == "launch_mode":
-            launch_records = ev["launch"] == "records"
-            if launch_records:
-                gpu.dctx_cupti_replay_launch_records(r)
         elif e == "exit":
             gpu.dctx_cupti_replay_api_exit(r, ev["tid"], ev["t"], ev["failed"])
         elif e == "graph_node":
             ctx = context(ev["path"]) if "path" in ev else 0
             gpu.dctx_cupti_replay_graph_node(r, ev["tid"], ev["id"], ev["original"], ctx)
-            if launch_records and ev.get("kernel") and not ev["original"]:
-                gpu.dctx_cupti_replay_launch_captured(r)
         elif e == "buffer":
             recs = ev["records"]
             arr = (Activity * max(len(recs), 1))()
             for a, rec in zip(arr[: len(recs)], recs, strict=True):
                 for field, _ in Activity._fields_:
-                    v = rec.get(field, 0)  # external, thread: fixtures of launch records only
-                    if field == "external" and "path" in rec:
-                        v = context(rec["path"])  # the pushed operator node, rebuilt here
+                    v = rec[field]
                     if field in ("grid", "block"):
                         getattr(a, field)[:] = v
                     elif field == "name":

@@ -104,9 +104,7 @@ def test_torch_compile_reduce_overhead_kernels_are_under_the_capture_site(tmp_pa
 
 
 def test_torch_compile_kernels_are_under_the_calling_line(tmp_path):
-    """Inductor's Triton kernels run outside any aten operator: with launch callbacks they take the
-    Python path; with launch records (DEEPCONTEXT_CUPTI_LAUNCH=records) the compiled graph's own
-    record_function region, under the same line."""
+    """Inductor's Triton kernels run outside any aten operator: the launch takes the Python path."""
     prof, _ = run(
         tmp_path,
         """

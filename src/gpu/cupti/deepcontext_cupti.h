@@ -41,10 +41,6 @@ void dctx_cupti_replay_api_enter(dctx_cupti_replay *r, uint64_t thread, const ch
 void dctx_cupti_replay_api_exit(dctx_cupti_replay *r, uint64_t thread, uint64_t now_ns, int failed);
 void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_t graph_node,
                                   uint64_t original, dctx_node context);
-/* The fixture was captured with launches read from activity records (DEEPCONTEXT_CUPTI_LAUNCH). */
-void dctx_cupti_replay_launch_records(dctx_cupti_replay *r);
-/* With launch records: a kernel node recorded by stream capture (its launch's record never comes). */
-void dctx_cupti_replay_launch_captured(dctx_cupti_replay *r);
 void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,
                               uint64_t dropped);
 /* Finishes (metadata, notes) and frees. */

@@ -242,6 +242,10 @@ Processor::DeviceState &Processor::device(uint32_t ordinal) {
   if (!d.known) {
     d.known = true;
     d.props.ordinal = ordinal;
+    // The idle window's whole capacity, touched now: resident memory does not grow as it fills
+    // over the first steps (it took hundreds of steps of a small-kernel loop to fill).
+    d.pending.resize(kIdleWindow);
+    d.pending.clear();
     if (!query_ || !query_(ordinal, &d.props)) {
       d.props = dctx_gpu_device{};
       d.props.ordinal = ordinal;
@@ -295,7 +299,10 @@ void Processor::kernel(const dctx_gpu_activity &r) {
       dctx_set_prop(node, "blocks_per_sm", std::to_string(occ.blocks_per_sm).c_str());
     }
   }
-  if (r.end > r.start) dev.pending.push_back({r.start, r.end, base});
+  if (r.end > r.start) {
+    if (dev.pending.size() >= kIdleWindow) sweep_device(dev, false);  // never past its capacity
+    dev.pending.push_back({r.start, r.end, base});
+  }
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, node, r, base != unattributed_node_);
 }
 
@@ -333,88 +340,28 @@ void Processor::timeline_event(dctx_frame_kind kind, dctx_node node, const dctx_
 }
 
 // Buffers arrive out of order (a flush can deliver older kernels after newer ones), so kernel
-// intervals wait in a window sorted by start; only the older half of a full window is swept, the
-// rest at finish. The window bounds memory; a record older than what was swept only extends the
-// busy time.
-void Processor::sweep_idle(bool all) {
-  for (auto &[ordinal, dev] : devices_) {
-    if (dev.pending.empty() || (!all && dev.pending.size() < kIdleWindow)) continue;
-    std::sort(dev.pending.begin(), dev.pending.end(),
-              [](const Interval &a, const Interval &b) { return a.start < b.start; });
-    const size_t n = all ? dev.pending.size() : dev.pending.size() / 2;
-    for (size_t i = 0; i < n; ++i) {
-      const Interval &k = dev.pending[i];
-      if (dev.busy_until != 0 && k.start > dev.busy_until) {
-        const double gap = static_cast<double>(k.start - dev.busy_until);
-        dctx_add(k.node, m_idle_, gap);
-        dev.idle_ns += gap;
-      }
-      dev.busy_until = std::max(dev.busy_until, k.end);
-    }
-    dev.pending.erase(dev.pending.begin(), dev.pending.begin() + static_cast<long>(n));
-  }
-}
-
-void Processor::external(const dctx_gpu_activity &r) {
-  // CUPTI writes one just before the API record of a call made with an id pushed; ids of calls
-  // whose API record never comes (a call not traced) are dropped when the map gets large.
-  if (externals_.size() > kMaxDeferred) externals_.clear();
-  externals_[r.correlation] = static_cast<dctx_node>(r.external);
-}
-
-void Processor::api_record(const dctx_gpu_activity &r) {
-  auto api = record_apis_.find(r.name ? r.name : "");
-  if (api == record_apis_.end())
-    api = record_apis_.emplace(r.name ? r.name : "", make_api(r.name ? r.name : "")).first;
-  const ApiInfo &info = api->second;
-  dctx_node context = 0;
-  if (auto it = externals_.find(r.correlation); it != externals_.end()) {
-    context = it->second;
-    externals_.erase(it);
-  }
-  if (context == 0) {  // a call outside any operator: no pushed context
-    ++stats_.unattributed;
-    if (unattributed_node_ == 0)
-      unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
-    context = unattributed_node_;
-  }
-  if (info.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
-  correlations_.put(r.correlation, dctx_child(context, info.frame));
-}
-
-// A kernel, copy or set whose launch context is known (or will never be): process it now.
-bool Processor::has_launch(const dctx_gpu_activity &r) {
-  dctx_node node = 0;
-  return r.graph_node != 0 || !launch_records_ || correlations_.get(r.correlation, &node);
-}
-
-void Processor::dispatch(const dctx_gpu_activity &r) {
-  switch (r.kind) {
-    case DCTX_GPU_KERNEL:
-      kernel(r);
-      break;
-    case DCTX_GPU_MEMCPY:
-      memcpy(r);
-      break;
-    case DCTX_GPU_MEMSET:
-      memset(r);
-      break;
-    default:
-      break;
-  }
-}
-
-void Processor::retry_deferred(bool all) {
-  const size_t n = deferred_.size();
+// intervals wait in a window sorted by start; the older half of a full window is swept as the
+// window fills, the rest at finish. A record older than what was swept only extends the busy time.
+void Processor::sweep_device(DeviceState &dev, bool all) {
+  if (dev.pending.empty()) return;
+  std::sort(dev.pending.begin(), dev.pending.end(),
+            [](const Interval &a, const Interval &b) { return a.start < b.start; });
+  const size_t n = all ? dev.pending.size() : dev.pending.size() / 2;
   for (size_t i = 0; i < n; ++i) {
-    Deferred d = std::move(deferred_.front());
-    deferred_.pop_front();
-    d.record.name = d.name.c_str();
-    if (all || has_launch(d.record))  // all: the end of the run
-      dispatch(d.record);
-    else
-      deferred_.push_back(std::move(d));
+    const Interval &k = dev.pending[i];
+    if (dev.busy_until != 0 && k.start > dev.busy_until) {
+      const double gap = static_cast<double>(k.start - dev.busy_until);
+      dctx_add(k.node, m_idle_, gap);
+      dev.idle_ns += gap;
+    }
+    dev.busy_until = std::max(dev.busy_until, k.end);
   }
+  dev.pending.erase(dev.pending.begin(), dev.pending.begin() + static_cast<long>(n));
+}
+
+void Processor::sweep_idle(bool all) {
+  for (auto &[ordinal, dev] : devices_)
+    if (all || dev.pending.size() >= kIdleWindow) sweep_device(dev, all);
 }
 
 void Processor::process(const dctx_gpu_activity *records, size_t count) {
@@ -427,34 +374,20 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
     clock_offset_ = (int64_t(wall.tv_sec) - int64_t(mono.tv_sec)) * 1000000000 +
                     (int64_t(wall.tv_nsec) - int64_t(mono.tv_nsec));
   }
-  // Launch contexts first (launches by activity records), so that a kernel finds its launch's
-  // context when both are in this buffer, in whatever order.
-  bool api_records = false;
   for (size_t i = 0; i < count; ++i) {
-    if (records[i].kind == DCTX_GPU_EXTERNAL) {
-      external(records[i]);
-    } else if (records[i].kind == DCTX_GPU_API_RECORD) {
-      api_record(records[i]);
-      api_records = true;
+    switch (records[i].kind) {
+      case DCTX_GPU_KERNEL:
+        kernel(records[i]);
+        break;
+      case DCTX_GPU_MEMCPY:
+        memcpy(records[i]);
+        break;
+      case DCTX_GPU_MEMSET:
+        memset(records[i]);
+        break;
+      default:
+        break;
     }
-  }
-  if (api_records && !deferred_.empty()) retry_deferred(false);
-  for (size_t i = 0; i < count; ++i) {
-    const dctx_gpu_activity &r = records[i];
-    if (r.kind != DCTX_GPU_KERNEL && r.kind != DCTX_GPU_MEMCPY && r.kind != DCTX_GPU_MEMSET)
-      continue;
-    if (has_launch(r)) {
-      dispatch(r);
-      continue;
-    }
-    if (deferred_.size() >= kMaxDeferred) {  // bounded: the oldest goes as it is
-      Deferred &oldest = deferred_.front();
-      oldest.record.name = oldest.name.c_str();
-      dispatch(oldest.record);
-      deferred_.pop_front();
-    }
-    deferred_.push_back({r, r.name ? r.name : ""});
-    stats_.deferred_peak = std::max<uint64_t>(stats_.deferred_peak, deferred_.size());
   }
   sweep_idle(false);
 }
@@ -486,7 +419,6 @@ void Processor::publish_devices() {
 
 void Processor::finish(bool final) {
   std::lock_guard lock(mutex_);
-  if (final) retry_deferred(true);  // what never found its launch goes under <no launch context>
   sweep_idle(true);
   publish_devices();
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
@@ -495,12 +427,12 @@ void Processor::finish(bool final) {
   std::snprintf(buf, sizeof buf,
                 "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
                 "%llu, \"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-                "\"launches_received\": %llu, \"deferred_peak\": %llu, \"gpu_time_ns\": %.0f}",
+                "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
                 (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
                 (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
                 (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
                 (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
-                (unsigned long long)s.deferred_peak, s.gpu_time_ns);
+                s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
   if (!final) return;
   if (s.dropped > 0) {
@@ -513,14 +445,11 @@ void Processor::finish(bool final) {
   if (s.unattributed > 0) {
     std::snprintf(buf, sizeof buf,
                   "%llu GPU activity records had no launch context (launched before profiling "
-                  "started%s); they are under <no launch context>",
-                  (unsigned long long)s.unattributed,
-                  launch_records_ ? ", or outside any operator: launches were read from "
-                                    "activity records"
-                                  : "");
+                  "started); they are under <no launch context>",
+                  (unsigned long long)s.unattributed);
     dctx_note(buf);
   }
-  if (static_cast<int64_t>(s.launches_expected - s.launches_received) > 0) {
+  if (s.launches_expected > s.launches_received) {
     std::snprintf(buf, sizeof buf,
                   "%llu of %llu kernel launches produced no activity record (another CUPTI client "
                   "such as torch.profiler may have taken the activity buffers)",

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -76,7 +75,6 @@ struct ProcessorStats {
   uint64_t dropped = 0;           /* records CUPTI reported as dropped */
   uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
   uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
-  uint64_t deferred_peak = 0;     /* launch records: most records waiting for their launch */
   double gpu_time_ns = 0;
 };
 
@@ -98,12 +96,6 @@ class Processor {
   /* context as in api_enter (used when no intercepted API call is in progress). */
   void graph_node_created(ThreadState &state, uint64_t graph_node, dctx_node context);
   void graph_node_cloned(uint64_t graph_node, uint64_t original);
-  /* Launches by activity records (no launch callbacks): a kernel node was recorded into a graph
-   * by stream capture, so its launch's record never comes. */
-  void launch_captured() { expected_.fetch_sub(1, std::memory_order_relaxed); }
-  /* Launch contexts come from external-correlation and API records, not from callbacks: a kernel
-   * whose launch is not known yet waits for it. Set before the first record. */
-  void set_launch_records() { launch_records_ = true; }
 
   /* One activity buffer's records (any order). Serialised internally. */
   void process(const dctx_gpu_activity *records, size_t count);
@@ -134,20 +126,7 @@ class Processor {
     bool operator==(const KernelShape &) const = default;
   };
 
-  /* A record waiting for its launch's driver API record (launches by activity records: the two
-   * can arrive in different buffers). The name is copied: CUPTI's pointer dies with the buffer. */
-  struct Deferred {
-    dctx_gpu_activity record;
-    std::string name;
-  };
-  static constexpr size_t kMaxDeferred = size_t{1} << 16;
-
   dctx_node base_node(const dctx_gpu_activity &record, bool *from_graph);
-  bool has_launch(const dctx_gpu_activity &record);
-  void external(const dctx_gpu_activity &record);
-  void api_record(const dctx_gpu_activity &record);
-  void dispatch(const dctx_gpu_activity &record);
-  void retry_deferred(bool all);
   void kernel(const dctx_gpu_activity &record);
   void memcpy(const dctx_gpu_activity &record);
   void memset(const dctx_gpu_activity &record);
@@ -155,7 +134,9 @@ class Processor {
   uint32_t kernel_frame(const char *mangled);
   uint32_t named_frame(dctx_frame_kind kind, const std::string &name);
   void sweep_idle(bool all);
-  static constexpr size_t kIdleWindow = size_t{1} << 16;
+  /* 16384 kernel intervals (384 KiB per device): more than one 1 MiB activity buffer holds. */
+  static constexpr size_t kIdleWindow = size_t{1} << 14;
+  void sweep_device(DeviceState &dev, bool all);
   void publish_devices();
   /* The bounded timeline (include/deepcontext/timeline.h): the record's interval on
    * CLOCK_MONOTONIC, under the step its launch was made in. */
@@ -181,13 +162,6 @@ class Processor {
   std::unordered_map<std::string, uint32_t> named_frames_;
   std::unordered_map<dctx_node, KernelShape> shapes_;
   dctx_node unattributed_node_ = 0;
-  /* Launches by activity records: correlation id -> the operator node pushed for it, until the
-   * call's API record comes (right after it in the same buffer); CUPTI names of the API records;
-   * records whose API record has not come yet. */
-  std::unordered_map<uint32_t, dctx_node> externals_;
-  std::unordered_map<std::string, ApiInfo> record_apis_;
-  std::deque<Deferred> deferred_;
-  bool launch_records_ = false; /* launches come as API records: a missing one may still come */
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;
   dctx_metric m_memcpy_time_, m_memcpy_bytes_, m_memset_time_, m_memset_bytes_;

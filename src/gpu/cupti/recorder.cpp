@@ -97,14 +97,6 @@ void Recorder::api_enter(const std::string &name, int domain, uint32_t correlati
   write_line(line);
 }
 
-void Recorder::launch_mode(bool records) {
-  std::string line = "{\"e\": \"launch_mode\", \"launch\": ";
-  append_string(line, records ? "records" : "callbacks");
-  line += "}";
-  std::lock_guard lock(mutex_);
-  write_line(line);
-}
-
 void Recorder::api_exit(uint64_t now_ns, bool failed) {
   std::string line = "{\"e\": \"exit\"";
   append_uint(line, "tid", thread_id());
@@ -115,13 +107,11 @@ void Recorder::api_exit(uint64_t now_ns, bool failed) {
   write_line(line);
 }
 
-void Recorder::graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context,
-                          bool kernel) {
+void Recorder::graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context) {
   std::string line = "{\"e\": \"graph_node\"";
   append_uint(line, "tid", thread_id());
   append_uint(line, "id", id);
   append_uint(line, "original", original);
-  append_uint(line, "kernel", kernel ? 1 : 0);
   if (with_context) write_path(line, context);
   line += "}";
   std::lock_guard lock(mutex_);
@@ -179,11 +169,6 @@ void Recorder::buffer(const dctx_gpu_activity *records, size_t count, uint64_t d
     line += ", \"dynamic_smem\": " + std::to_string(r.dynamic_smem);
     line += ", \"name\": ";
     append_string(line, r.name ? r.name : "");
-    append_uint(line, "thread", r.thread);
-    if (r.kind == DCTX_GPU_EXTERNAL) {  // the pushed node, as its path (replay rebuilds it)
-      append_uint(line, "external", r.external);
-      write_path(line, static_cast<dctx_node>(r.external));
-    }
     line += "}";
   }
   line += "]}";

@@ -24,9 +24,7 @@ class Recorder {
   void api_enter(const std::string &name, int domain, uint32_t correlation, bool outermost,
                  dctx_node context, uint64_t now_ns);
   void api_exit(uint64_t now_ns, bool failed);
-  void launch_mode(bool records);
-  void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context,
-                  bool kernel);
+  void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context);
   void buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped);
   void close();
 

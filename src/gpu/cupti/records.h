@@ -13,14 +13,10 @@ typedef enum dctx_gpu_activity_kind {
   DCTX_GPU_KERNEL = 1,
   DCTX_GPU_MEMCPY = 2,
   DCTX_GPU_MEMSET = 3,
-  /* Launch by activity records (docs/gpu.md): the operator node pushed as CUPTI's external
-   * correlation id for a correlation id, and the driver API record of that call. */
-  DCTX_GPU_EXTERNAL = 4,
-  DCTX_GPU_API_RECORD = 5,
 } dctx_gpu_activity_kind;
 
-/* One decoded activity record (a CUPTI kernel, memcpy, memset, external-correlation or driver API
- * record). Times are CUPTI timestamps in ns. Fields that do not apply to the kind are 0. */
+/* One decoded activity record (a CUPTI kernel, memcpy or memset record). Times are CUPTI
+ * timestamps in ns. Fields that do not apply to the kind are 0. */
 typedef struct dctx_gpu_activity {
   uint32_t kind; /* dctx_gpu_activity_kind */
   uint32_t correlation;
@@ -42,9 +38,7 @@ typedef struct dctx_gpu_activity {
   uint32_t registers;
   int32_t static_smem;
   int32_t dynamic_smem;
-  const char *name; /* mangled kernel name, or the API's CUPTI name; valid during the call */
-  uint64_t external; /* external correlation: the node pushed (dctx_node) */
-  uint64_t thread;   /* API record: the calling thread's id */
+  const char *name; /* mangled kernel name; valid for the duration of the call */
 } dctx_gpu_activity;
 
 /* What the occupancy computation and the profile metadata need of a device. */

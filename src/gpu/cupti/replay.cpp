@@ -55,10 +55,6 @@ void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_
     r->processor->graph_node_created(r->threads[thread], graph_node, context);
 }
 
-void dctx_cupti_replay_launch_records(dctx_cupti_replay *r) { r->processor->set_launch_records(); }
-
-void dctx_cupti_replay_launch_captured(dctx_cupti_replay *r) { r->processor->launch_captured(); }
-
 void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,
                               uint64_t dropped) {
   r->processor->process(records, n);

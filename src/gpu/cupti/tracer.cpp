@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "deepcontext/timeline.h"
 #include "deepcontext_cupti.h"
 #include "nvtx.h"
 #include "processor.h"
@@ -38,10 +37,6 @@ struct CuptiApi {
   decltype(&cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
   decltype(&cuptiGetGraphNodeId) graph_node_id = nullptr;
-  // Launches by activity records (optional: a CUPTI without them keeps the launch callbacks).
-  decltype(&cuptiActivityPushExternalCorrelationId) push_external = nullptr;
-  decltype(&cuptiActivityPopExternalCorrelationId) pop_external = nullptr;
-  decltype(&cuptiActivityEnableDriverApi) enable_driver_api = nullptr;
 
   bool load(void *lib) {
     bool ok = true;
@@ -61,11 +56,7 @@ struct CuptiApi {
     sym(dropped_records, "cuptiActivityGetNumDroppedRecords");
     sym(result_string, "cuptiGetResultString");
     sym(graph_node_id, "cuptiGetGraphNodeId");
-    const bool required = ok;
-    sym(push_external, "cuptiActivityPushExternalCorrelationId");
-    sym(pop_external, "cuptiActivityPopExternalCorrelationId");
-    sym(enable_driver_api, "cuptiActivityEnableDriverApi");
-    return required;
+    return ok;
   }
   std::string describe(CUptiResult r) const {
     const char *s = nullptr;
@@ -203,9 +194,6 @@ class Tracer {
   bool driver_present();
   void enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
                             std::vector<std::unique_ptr<ApiInfo>> &table);
-  void enable_launch_records();
-  static void on_operator_enter(dctx_domain, dctx_node node, void *user);
-  static void on_operator_exit(dctx_domain, dctx_node node, void *user);
   void api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                     const CUpti_CallbackData *data);
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
@@ -220,11 +208,6 @@ class Tracer {
   std::unique_ptr<Processor> processor_;
   std::unique_ptr<Recorder> recorder_;
   std::vector<std::unique_ptr<ApiInfo>> runtime_apis_, driver_apis_;
-  // Launches by activity records: the CUPTI name of each driver API whose records are on, and the
-  // operator observers that push each operator's node as the external correlation id.
-  bool launch_records_ = false;
-  std::vector<std::string> record_api_names_;
-  int operator_hooks_ = 0;
   std::atomic<bool> running_{false};
   int flush_hook_ = 0;
   std::mutex lifecycle_;
@@ -292,55 +275,6 @@ void Tracer::enable_api_callbacks(CUpti_CallbackDomain domain, uint32_t count,
   }
 }
 
-// Launches by activity records instead of callbacks (DEEPCONTEXT_CUPTI_LAUNCH=records): CUPTI
-// writes, for each launch, copy and set made while an operator is open, an external-correlation
-// record (the operator's node, pushed at its entry) and the driver API record; the buffer thread
-// joins them to the kernel by correlation id. The launching thread pays a push and a pop per
-// operator instead of two callbacks per launch. Syncs and graph launches keep their callbacks
-// (rare, and a sync outside any operator still gets its Python line). docs/gpu.md.
-void Tracer::enable_launch_records() {
-  record_api_names_.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, std::string());
-  driver_apis_.clear();
-  driver_apis_.resize(CUPTI_DRIVER_TRACE_CBID_SIZE);
-  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
-    const char *name = nullptr;
-    if (api_.callback_name(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) != CUPTI_SUCCESS || !name)
-      continue;
-    ApiInfo info = processor_->make_api(name);
-    switch (info.kind) {
-      case DCTX_GPU_API_LAUNCH:
-      case DCTX_GPU_API_MEMCPY:
-      case DCTX_GPU_API_MEMSET:
-        if (api_.enable_driver_api(cbid, 1) == CUPTI_SUCCESS) record_api_names_[cbid] = name;
-        break;
-      case DCTX_GPU_API_SYNC:
-      case DCTX_GPU_API_GRAPH_LAUNCH:
-        if (api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS)
-          driver_apis_[cbid] = std::make_unique<ApiInfo>(std::move(info));
-        break;
-      default:
-        break;
-    }
-  }
-  processor_->set_launch_records();
-  if (!operator_hooks_)
-    operator_hooks_ = dctx_register_callback(DCTX_DOMAIN_OPERATOR, &Tracer::on_operator_enter,
-                                             &Tracer::on_operator_exit, this);
-}
-
-void Tracer::on_operator_enter(dctx_domain, dctx_node node, void *user) {
-  auto *self = static_cast<Tracer *>(user);
-  if (self->running_.load(std::memory_order_relaxed))
-    self->api_.push_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, node);
-}
-
-void Tracer::on_operator_exit(dctx_domain, dctx_node, void *user) {
-  auto *self = static_cast<Tracer *>(user);
-  uint64_t last = 0;
-  if (self->running_.load(std::memory_order_relaxed))
-    self->api_.pop_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
-}
-
 int Tracer::start(const char *candidates, const char *record_path) {
   std::lock_guard lock(lifecycle_);
   if (running_) return DCTX_CUPTI_ACTIVE;
@@ -385,21 +319,11 @@ int Tracer::start(const char *candidates, const char *record_path) {
   // out both (diagnostic: activity records only, kernels go unattributed).
   const char *domains_env = std::getenv("DEEPCONTEXT_CUPTI_API_DOMAINS");
   const std::string domains = domains_env ? domains_env : "driver";
-  // Launch records need CUPTI's per-API activity switch and leave the timeline's per-launch CPU
-  // intervals out, so the timeline keeps the callbacks.
-  const char *launch_env = std::getenv("DEEPCONTEXT_CUPTI_LAUNCH");
-  launch_records_ = launch_env && std::strcmp(launch_env, "records") == 0 && api_.push_external &&
-                    api_.pop_external && api_.enable_driver_api && !dctx_timeline_on() &&
-                    domains == "driver";
   if (domains.find("runtime") != std::string::npos)
     enable_api_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_apis_);
-  if (launch_records_)
-    enable_launch_records();
-  else if (domains.find("driver") != std::string::npos)
+  if (domains.find("driver") != std::string::npos)
     enable_api_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_apis_);
   dctx_set_meta("cupti_api_domains", domains.c_str());
-  dctx_set_meta("cupti_launch", launch_records_ ? "records" : "callbacks");
-  if (recorder_) recorder_->launch_mode(launch_records_);
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
                        CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
   api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
@@ -417,11 +341,8 @@ int Tracer::start(const char *candidates, const char *record_path) {
       api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
   for (CUpti_ActivityKind kind : kActivityKinds)
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
-  if (r == CUPTI_SUCCESS && launch_records_)
-    r = api_.activity_enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
-    api_.activity_disable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
     api_.unsubscribe(subscriber_);
     subscriber_ = nullptr;
     processor_.reset();
@@ -446,8 +367,7 @@ void Tracer::wait_for_records() {
   for (;;) {
     api_.flush_all(0);
     const ProcessorStats s = processor_->stats();
-    // signed: with launch records a captured launch is subtracted before its API record adds it
-    if (static_cast<int64_t>(s.launches_expected - s.launches_received) <= 0) break;
+    if (s.launches_received >= s.launches_expected) break;
     const uint64_t now = now_ns();
     if (s.launches_received != received) {
       received = s.launches_received;
@@ -464,13 +384,8 @@ void Tracer::stop() {
   if (!running_) return;
   wait_for_records();
   for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
-  if (launch_records_) api_.activity_disable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-  for (uint32_t cbid = 0; cbid < record_api_names_.size(); ++cbid)
-    if (!record_api_names_[cbid].empty()) api_.enable_driver_api(cbid, 0);
   api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   running_ = false;
-  if (operator_hooks_) dctx_unregister_callback(DCTX_DOMAIN_OPERATOR, operator_hooks_);
-  operator_hooks_ = 0;
   api_.unsubscribe(subscriber_);
   subscriber_ = nullptr;
   processor_->finish(true);
@@ -538,17 +453,14 @@ void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
     if (!graph->originalNode || api_.graph_node_id(graph->originalNode, &original) != CUPTI_SUCCESS)
       return;
-    if (recorder_) recorder_->graph_node(id, original, false, 0, false);
+    if (recorder_) recorder_->graph_node(id, original, false, 0);
     processor_->graph_node_cloned(id, original);
     return;
   }
   ThreadState &state = t_state;
   const dctx_node context = state.depth == 0 ? launch_context() : 0;
-  const bool kernel = graph->nodeType == CU_GRAPH_NODE_TYPE_KERNEL;
-  if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context, kernel);
+  if (recorder_) recorder_->graph_node(id, 0, state.depth == 0, context);
   processor_->graph_node_created(state, id, context);
-  // A captured launch's API record still comes, its kernel record does not.
-  if (launch_records_ && kernel) processor_->launch_captured();
 }
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -565,8 +477,8 @@ void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_
 
 void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid) {
   if (!processor_) return;
-  // Diagnostic (bench/gpu_overhead.py): records taken and dropped unread, to tell CUPTI's own
-  // memory and time from ours.
+  // Diagnostic (bench/gpu_overhead.py's deepcontext-cupti-discard): records taken and dropped
+  // unread, to tell CUPTI's own memory and time from ours.
   static const bool discard = std::getenv("DEEPCONTEXT_CUPTI_DISCARD") != nullptr;
   if (discard) return;
   thread_local std::vector<dctx_gpu_activity> decoded;
@@ -626,26 +538,6 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
         a.graph_id = m->graphId;
         a.graph_node = m->graphNodeId;
         a.bytes = m->bytes;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-        const auto *e = reinterpret_cast<const CUpti_ActivityExternalCorrelation *>(record);
-        if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) continue;
-        a.kind = DCTX_GPU_EXTERNAL;
-        a.correlation = e->correlationId;
-        a.external = e->externalId;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_DRIVER: {
-        const auto *api = reinterpret_cast<const CUpti_ActivityAPI *>(record);
-        if (api->cbid >= record_api_names_.size() || record_api_names_[api->cbid].empty())
-          continue;
-        a.kind = DCTX_GPU_API_RECORD;
-        a.correlation = api->correlationId;
-        a.start = api->start;
-        a.end = api->end;
-        a.thread = api->threadId;
-        a.name = record_api_names_[api->cbid].c_str();
         break;
       }
       default:

@@ -56,6 +56,10 @@ ENV_CONFIGS = {
         "DEEPCONTEXT_CUPTI_API_DOMAINS": "runtime,driver"
     },
     "deepcontext, no API callbacks": {"DEEPCONTEXT_CUPTI_API_DOMAINS": "none"},
+    # What CUPTI's per-kernel records cost the program: none at all, or one per graph launch
+    # (kernels are not attributed in either; diagnostics only).
+    "deepcontext, no kernel records": {"DEEPCONTEXT_CUPTI_KERNELS": "off"},
+    "deepcontext, graph-level records": {"DEEPCONTEXT_CUPTI_KERNELS": "graph"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -66,6 +70,8 @@ ALIASES = {
     "cupti-nvtx": VIA_CUPTI,
     "rtdriver": "deepcontext, runtime and driver API callbacks",
     "noapi": "deepcontext, no API callbacks",
+    "nokernels": "deepcontext, no kernel records",
+    "graphtrace": "deepcontext, graph-level records",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

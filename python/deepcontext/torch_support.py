@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -184,13 +185,30 @@ def _record_threads() -> None:
         return
     try:
         core = _core()
-        affinity = getattr(os, "sched_getaffinity", None)
-        cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+        cores, quota = _usable_cpus()
         core.set_meta("cpu_count", str(cores))
+        if quota is not None:
+            core.set_meta("cpu_quota", f"{quota:.2f}")
         core.set_meta("torch_num_threads", str(torch.get_num_threads()))
         core.set_meta("dataloader_workers", str(_loader_workers))
     except Exception:
         pass
+
+
+def _usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> tuple[int, float | None]:
+    """Cores this process can keep busy: the CPUs it may run on, capped by a cgroup v2 CPU
+    quota (containers often allow fewer CPUs' worth of time than they show); and the quota."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    try:
+        with open(cpu_max) as f:
+            limit, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return cores, None
+    if limit == "max":
+        return cores, None
+    quota = int(limit) / int(period)
+    return max(1, min(cores, math.ceil(quota))), quota
 
 
 def _core():

@@ -418,3 +418,23 @@ def test_torch_compile_traces_through_the_module_frames(tmp_path, monkeypatch, m
     assert "graphs 1" in proc.stdout, proc.stdout
     p = dprof.load(tmp_path / "c.dctx")
     assert p.meta["complete"] == "1"
+
+
+@pytest.mark.parametrize(
+    "cpu_max, expected",
+    [("max 100000\n", None), ("400000 100000\n", 4.0), ("150000 100000\n", 1.5)],
+)
+def test_cpu_count_honours_cgroup_quota(tmp_path, cpu_max, expected):
+    """A container's CPU quota caps the cores the oversubscription rule compares threads with."""
+    from deepcontext.torch_support import _usable_cpus
+
+    path = tmp_path / "cpu.max"
+    path.write_text(cpu_max)
+    visible = len(os.sched_getaffinity(0))
+    cores, quota = _usable_cpus(str(path))
+    assert quota == expected
+    if expected is None:
+        assert cores == visible
+    else:
+        assert cores == min(visible, -(-expected // 1))
+    assert _usable_cpus(str(tmp_path / "missing")) == (visible, None)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -339,8 +340,16 @@ int Tracer::start(const char *candidates, const char *record_path) {
 
   CUptiResult r =
       api_.register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
-  for (CUpti_ActivityKind kind : kActivityKinds)
+  // Diagnostic (bench/jax_overhead.py): DEEPCONTEXT_CUPTI_KERNELS=off records no kernels, =graph
+  // one record per graph launch instead of one per kernel, to measure what per-kernel records
+  // cost the program (kernels are then not attributed).
+  const char *kernels_env = std::getenv("DEEPCONTEXT_CUPTI_KERNELS");
+  const std::string_view kernels = kernels_env ? kernels_env : "";
+  for (CUpti_ActivityKind kind : kActivityKinds) {
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && (kernels == "off" || kernels == "graph"))
+      kind = kernels == "graph" ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_MEMSET;
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
+  }
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
     api_.unsubscribe(subscriber_);
@@ -384,6 +393,7 @@ void Tracer::stop() {
   if (!running_) return;
   wait_for_records();
   for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
+  api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   running_ = false;
   api_.unsubscribe(subscriber_);

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import time
 
 import torch
@@ -39,6 +41,20 @@ def skewed(n: int, size, s: float, device: str, seed: int = 1) -> torch.Tensor:
         weights = torch.arange(1, n + 1, dtype=torch.float64).pow(-s)
         idx = torch.randperm(n, generator=g)[torch.multinomial(weights, count, True, generator=g)]
     return idx.view(size).to(device)
+
+
+def usable_cpus() -> int:
+    """CPUs this process can keep busy: those it may run on, capped by a cgroup v2 CPU quota
+    (a container may show 16 cores and allow 3 CPUs' worth of time)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            limit, period = f.read().split()[:2]
+        if limit != "max":
+            cores = min(cores, max(1, math.ceil(int(limit) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
 
 
 def sync(device: str) -> None:

@@ -6,12 +6,10 @@ wait for whichever of their threads a worker preempted, with the others spinning
 After: the cores split between the two, half each (the prototype's U-Net 16 -> 8 data-loader
 threads case, 54 s -> 47 s)."""
 
-import os
-
 import numpy as np
 import torch
 import torch.nn.functional as F
-from harness import parse, run
+from harness import parse, run, usable_cpus
 from torch.utils.data import DataLoader, Dataset
 from unet import UNet
 
@@ -72,7 +70,7 @@ def main(fixed: bool) -> None:
             ("--threads", int, 0, "intra-op threads (0: the variant's choice)"),
         ),
     )
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cpus()
     batch, size = (4, 64) if args.small else (16, 256)
     # Before: as many workers as cores, and torch's intra-op threads on every core too.
     workers = args.workers or (max(1, cores // 2) if fixed else cores)

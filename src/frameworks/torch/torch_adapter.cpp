@@ -10,6 +10,7 @@
 
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
@@ -18,6 +19,13 @@
 #define DCTX_HAVE_PROFILER_STATE_BASE 1
 #else
 #define DCTX_HAVE_PROFILER_STATE_BASE 0
+#endif
+
+#if __has_include(<c10/core/impl/alloc_cpu.h>)
+#include <c10/core/impl/alloc_cpu.h>
+#define DCTX_HAVE_CPU_ALLOCATOR_WRAPPER 1
+#else
+#define DCTX_HAVE_CPU_ALLOCATOR_WRAPPER 0
 #endif
 
 #include <pthread.h>
@@ -352,6 +360,64 @@ struct MemoryReporter final : ReporterBase {
 
 std::shared_ptr<MemoryReporter> *g_reporter = nullptr;
 
+#if DCTX_HAVE_CPU_ALLOCATOR_WRAPPER
+// CPU allocations reach us without torch's ProfiledCPUMemoryReporter: while our reporter is on,
+// torch's default CPU allocator also keeps every block in its own mutex-guarded hash map (a node
+// allocated and freed per tensor) and looks up the thread's debug info twice per report; that
+// was about 0.5 us of the ~2.8 us deepcontext added per eager operator (bench/torch_op_cost.py,
+// CPU "ops" loop). This allocator does what torch's default one does (c10::alloc_cpu /
+// c10::free_cpu) and reports to us directly, on the threads where torch would have reported to
+// us; elsewhere (our reporter not installed, torch.profiler holding the slot, memory off) it
+// hands the call to the default allocator, whose reports then go where they always went.
+// Installed over torch's default CPU allocator only (not over a custom one) while memory is on.
+bool reporting_here() {
+  return g_mem_enabled.load(std::memory_order_relaxed) &&
+         c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get();
+}
+
+void cpu_delete(void *ptr) {
+  if (ptr != nullptr && reporting_here()) report_alloc(ptr, -1, c10::Device(c10::kCPU));
+  c10::free_cpu(ptr);
+}
+
+struct CpuAllocator final : at::Allocator {
+  at::Allocator *base = nullptr;  // torch's default CPU allocator
+  at::DataPtr allocate(size_t nbytes) override {
+    if (!reporting_here()) return base->allocate(nbytes);
+    void *data = nullptr;
+    try {
+      data = c10::alloc_cpu(nbytes);
+    } catch (c10::Error &) {
+      (*g_reporter)->reportOutOfMemory(int64_t(nbytes), 0, 0, c10::Device(c10::kCPU));
+      throw;
+    }
+    report_alloc(data, int64_t(nbytes), c10::Device(c10::kCPU));
+    return {data, data, &cpu_delete, c10::Device(c10::kCPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &cpu_delete; }
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+CpuAllocator *g_cpu_allocator = nullptr;
+
+void wrap_cpu_allocator() {
+  at::Allocator *def = c10::GetDefaultCPUAllocator();
+  if (c10::GetCPUAllocator() != def) return;  // someone else's allocator: torch's path reports
+  g_cpu_allocator->base = def;
+  c10::SetCPUAllocator(g_cpu_allocator);
+}
+
+void unwrap_cpu_allocator() {
+  // Blocks allocated meanwhile keep cpu_delete, which only frees once memory is off.
+  if (c10::GetCPUAllocator() == g_cpu_allocator) c10::SetCPUAllocator(g_cpu_allocator->base);
+}
+#else
+void wrap_cpu_allocator() {}
+void unwrap_cpu_allocator() {}
+#endif
+
 // Installs the reporter on this thread if its PROFILER_STATE slot is free. Returns false when
 // another profiler (torch.profiler) holds the slot.
 void ensure_reporter(ThreadState &ts) {
@@ -567,6 +633,9 @@ DCTX_EXPORT int dctx_torch_install(int flags) {
     g_live = new LiveTable();
     g_node_mem = new std::unordered_map<dctx_node, NodeMem>();
     g_reporter = new std::shared_ptr<MemoryReporter>(std::make_shared<MemoryReporter>());
+#if DCTX_HAVE_CPU_ALLOCATOR_WRAPPER
+    g_cpu_allocator = new CpuAllocator();  // never freed: blocks keep its deleter
+#endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
   });
   g_flags = flags;
@@ -602,6 +671,7 @@ DCTX_EXPORT int dctx_torch_install(int flags) {
   if (flags & kFlagMemory) {
     g_mem_enabled.store(true);
     if (g_flush_handle == 0) g_flush_handle = dctx_register_flush_hook(flush_memory, nullptr);
+    wrap_cpu_allocator();
     ensure_reporter(tls());
   }
   return 0;
@@ -614,6 +684,7 @@ DCTX_EXPORT void dctx_torch_uninstall(void) {
   if (!g_enabled.exchange(false)) return;
   flush_memory(0, nullptr);
   g_mem_enabled.store(false);
+  unwrap_cpu_allocator();
   if (g_handle != 0) {
     try {
       at::removeCallback(g_handle);

@@ -360,6 +360,12 @@ struct MemoryReporter final : ReporterBase {
 
 std::shared_ptr<MemoryReporter> *g_reporter = nullptr;
 
+// Whether this thread's allocator reports reach our reporter (and not torch.profiler's).
+bool reporter_holds_slot() {
+  return g_reporter != nullptr &&
+         c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get();
+}
+
 #if DCTX_HAVE_CPU_ALLOCATOR_WRAPPER
 // CPU allocations reach us without torch's ProfiledCPUMemoryReporter: while our reporter is on,
 // torch's default CPU allocator also keeps every block in its own mutex-guarded hash map (a node
@@ -371,8 +377,7 @@ std::shared_ptr<MemoryReporter> *g_reporter = nullptr;
 // hands the call to the default allocator, whose reports then go where they always went.
 // Installed over torch's default CPU allocator only (not over a custom one) while memory is on.
 bool reporting_here() {
-  return g_mem_enabled.load(std::memory_order_relaxed) &&
-         c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get();
+  return g_mem_enabled.load(std::memory_order_relaxed) && reporter_holds_slot();
 }
 
 void cpu_delete(void *ptr) {
@@ -410,7 +415,8 @@ void wrap_cpu_allocator() {
 }
 
 void unwrap_cpu_allocator() {
-  // Blocks allocated meanwhile keep cpu_delete, which only frees once memory is off.
+  // Blocks allocated meanwhile keep cpu_delete: it still frees them, and stops reporting once
+  // memory is off.
   if (c10::GetCPUAllocator() == g_cpu_allocator) c10::SetCPUAllocator(g_cpu_allocator->base);
 }
 #else
@@ -772,7 +778,4 @@ DCTX_EXPORT void dctx_torch_memory_resume(void) {
 }
 
 /* 1 when this thread's allocator reports reach us. */
-DCTX_EXPORT int dctx_torch_memory_reporting_here(void) {
-  if (g_reporter == nullptr) return 0;
-  return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter->get();
-}
+DCTX_EXPORT int dctx_torch_memory_reporting_here(void) { return reporter_holds_slot(); }

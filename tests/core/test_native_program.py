@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import deepcontext
 import pytest
@@ -43,7 +44,12 @@ int main(int argc, char **argv) {
     pthread_join(t, NULL);
     return 0;
   }
-  if (argc > 3) { printf("ready %f\n", heavy(scale)); fflush(stdout); pause(); }  /* waits for a signal */
+  if (argc > 3) {  /* works until a signal ends it */
+    volatile double sink = 0;
+    printf("ready\n");
+    fflush(stdout);
+    for (long i = 0;; i++) sink += heavy(scale / 10 + (i & 1));  /* i: not hoisted as invariant */
+  }
   pthread_t t;
   pthread_create(&t, NULL, worker, NULL);
   printf("%f\n", heavy(3 * scale));
@@ -117,7 +123,8 @@ def test_native_program_sigterm_writes_the_profile(program, tmp_path):
     proc = subprocess.Popen(
         [*cmd, str(program), "100000000", "0", "wait"], stdout=subprocess.PIPE, text=True
     )
-    assert proc.stdout.readline().startswith("ready")  # the program now sits in pause()
+    assert proc.stdout.readline().startswith("ready")  # the program now works in heavy()
+    time.sleep(0.5)  # many sampler ticks, even on a loaded machine
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM  # the signal's default action, as unprofiled
     p = deepcontext.load(str(out))

@@ -60,6 +60,9 @@ ENV_CONFIGS = {
     # (kernels are not attributed in either; diagnostics only).
     "deepcontext, no kernel records": {"DEEPCONTEXT_CUPTI_KERNELS": "off"},
     "deepcontext, graph-level records": {"DEEPCONTEXT_CUPTI_KERNELS": "graph"},
+    # CUDA graphs (XLA's command buffers) traced per kernel throughout, as before graph-level
+    # records were switched on once each graph's kernels are measured (the default, docs/gpu.md).
+    "deepcontext, graphs per kernel": {"DEEPCONTEXT_CUPTI_GRAPHS": "node"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -72,6 +75,7 @@ ALIASES = {
     "noapi": "deepcontext, no API callbacks",
     "nokernels": "deepcontext, no kernel records",
     "graphtrace": "deepcontext, graph-level records",
+    "graphnode": "deepcontext, graphs per kernel",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

@@ -322,3 +322,92 @@ def test_driver_callbacks_alone_attribute_every_kernel(tmp_path, name):
     for n in kernel_nodes(prof):
         got[node_key(n.parent)] += n.exclusive("gpu_time")
     assert dict(got) == pytest.approx(dict(want))
+
+
+def _graph_level(events, calibrated_launches):
+    """The graph fixture as CUPTI delivers it once graph-level tracing is on: launches after the
+    first calibrated_launches are one whole-graph record (kind 4) each, spanning their kernels."""
+    launches = sorted({r["correlation"] for r in records(events, 1) if r["graph_node"]})
+    whole = set(launches[calibrated_launches:])
+    out = []
+    for ev in events:
+        if ev["e"] != "buffer":
+            out.append(ev)
+            continue
+        kept, spans = [], {}
+        for r in ev["records"]:
+            if r["kind"] == 1 and r["graph_node"] and r["correlation"] in whole:
+                s = spans.setdefault(r["correlation"], dict(r, kind=4, graph_node=0, name=""))
+                s["start"], s["end"] = min(s["start"], r["start"]), max(s["end"], r["end"])
+            else:
+                kept.append(r)
+        out.append(dict(ev, records=kept + list(spans.values())))
+    return out, launches
+
+
+def _replay_events(events, tmp_path, name):
+    from deepcontext import reader as profile
+
+    src, out = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.dctx"
+    src.write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    replay_to_profile(str(src), str(out))
+    return profile.load(str(out))
+
+
+def test_whole_graph_records_are_split_by_the_measured_kernel_times(replayed, tmp_path):
+    events, truth = replayed("graph")
+    derived, launches = _graph_level(events, calibrated_launches=1)
+    prof = _replay_events(derived, tmp_path, "graph-level")
+    graph_kernels = [r for r in records(events, 1) if r["graph_node"]]
+    first = [r for r in graph_kernels if r["correlation"] == launches[0]]
+    first_span = max(r["end"] for r in first) - min(r["start"] for r in first)
+    spans = [r["end"] - r["start"] for r in records(derived, 4)]
+    assert len(spans) == len(launches) - 1
+    # Expected from the raw records: launch 1 as measured, later launches split by launch 1's
+    # share of its span.
+    want = sum((r["end"] - r["start"]) * (1 + sum(spans) / first_span) for r in first)
+    under_capture = {
+        node_key(n): n.exclusive("gpu_time")
+        for n in kernel_nodes(prof)
+        if any(f.name == "capture_model" for f in n.path())
+    }
+    truth_capture = {
+        node_key(n): n.exclusive("gpu_time")
+        for n in kernel_nodes(truth)
+        if any(f.name == "capture_model" for f in n.path())
+    }
+    assert under_capture.keys() == truth_capture.keys()
+    # The replays run the same kernels (each within 4 % of the others): the split is within 5 %
+    # of what each kernel context measured when every kernel had its own record.
+    assert under_capture == pytest.approx(truth_capture, rel=0.05)
+    replayed_truth = sum(r["end"] - r["start"] for r in graph_kernels)
+    stats = json.loads(prof.meta["gpu_stats"])
+    assert stats["graph_launches_timed"] == len(launches) - 1
+    replay_sites = [n for n in prof.nodes() if n.exclusive("graph_kernel_time") > 0]
+    assert replay_sites and all(
+        any(f.name == "replay_model" for f in n.path()) for n in replay_sites
+    )
+    assert sum(n.exclusive("graph_kernel_time") for n in replay_sites) == pytest.approx(
+        want, rel=1e-9
+    )
+    assert want == pytest.approx(replayed_truth, rel=0.03)
+    # Launch counts stay whole: each kernel once per launch.
+    for n in kernel_nodes(prof):
+        if any(f.name == "capture_model" for f in n.path()):
+            t = next(m for m in kernel_nodes(truth) if node_key(m) == node_key(n))
+            assert n.exclusive("launches") == pytest.approx(t.exclusive("launches"))
+    assert any("timed whole" in note for note in json.loads(prof.meta["notes"]))
+
+
+def test_whole_graph_records_before_any_kernel_was_measured_stay_at_the_launch(replayed, tmp_path):
+    events, _ = replayed("graph")
+    derived, launches = _graph_level(events, calibrated_launches=0)
+    prof = _replay_events(derived, tmp_path, "graph-uncalibrated")
+    spans = sum(r["end"] - r["start"] for r in records(derived, 4))
+    graphs = [n for n in prof.nodes() if "kernels not traced one by one" in n.frame.name]
+    assert len(graphs) == 1
+    assert graphs[0].exclusive("gpu_time") == pytest.approx(spans)
+    assert graphs[0].exclusive("launches") == len(launches)
+    assert any(f.name == "replay_model" for f in graphs[0].path())
+    stats = json.loads(prof.meta["gpu_stats"])
+    assert stats["graph_launches_uncalibrated"] == len(launches)

@@ -126,6 +126,9 @@ def attribution(path: str) -> dict:
                 "jax_nvtx_stats",
                 "gpu_stats",
                 "cupti_library",
+                "cupti_graph_tracing",
+                "cupti_graph_switches",
+                "notes",
             )
         },
     }

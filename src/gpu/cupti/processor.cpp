@@ -35,6 +35,8 @@ const char *copy_kind_name(uint32_t kind) {
   return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : names[0];
 }
 
+// CUPTI's device id of a graph launch whose first node runs on the host (a host node).
+constexpr uint32_t kHostDevice = 0x7fffffff;
 // CUpti_ActivityMemoryKind values of host memory.
 constexpr uint32_t kMemoryPageable = 1;
 constexpr uint32_t kMemoryPinned = 2;
@@ -277,7 +279,9 @@ void Processor::kernel(const dctx_gpu_activity &r) {
   const uint64_t shared =
       uint64_t(std::max(r.static_smem, 0)) + uint64_t(std::max(r.dynamic_smem, 0));
   const OccupancyLimits occ = theoretical_occupancy(dev.props, threads, r.registers, shared);
-  if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occ.occupancy);
+  const double occupancy = dev.props.max_threads_per_sm != 0 ? occ.occupancy : 0.0;
+  if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occupancy);
+  if (from_graph && r.graph_id != 0) calibrate(r, node, duration, occupancy);
 
   const KernelShape shape{{r.grid[0], r.grid[1], r.grid[2]},
                           {r.block[0], r.block[1], r.block[2]},
@@ -326,6 +330,96 @@ void Processor::memset(const dctx_gpu_activity &r) {
   ++stats_.memsets;
   device(r.device);
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMSET, node, r, base != unattributed_node_);
+}
+
+Processor::GraphCalibration &Processor::graph_seen(uint32_t graph_id, uint32_t correlation) {
+  GraphCalibration &g = graphs_[graph_id];
+  if (g.last_seen == 0 || g.last_launch != correlation) {
+    g.last_launch = correlation;
+    g.last_seen = ++graph_launches_;
+  }
+  return g;
+}
+
+// A kernel replayed from a graph, traced on its own: its share of the graph's launches.
+void Processor::calibrate(const dctx_gpu_activity &r, dctx_node node, double duration,
+                          double occupancy) {
+  GraphCalibration &g = graph_seen(r.graph_id, r.correlation);
+  auto span = g.spans.find(r.correlation);
+  if (span == g.spans.end()) {
+    if (g.full()) return;
+    span = g.spans.emplace(r.correlation, std::make_pair(r.start, r.end)).first;
+  }
+  span->second.first = std::min(span->second.first, r.start);
+  span->second.second = std::max(span->second.second, r.end);
+  auto [it, fresh] = g.by_graph_node.try_emplace(r.graph_node, g.kernels.size());
+  if (fresh) g.kernels.push_back({});
+  GraphKernel &k = g.kernels[it->second];
+  k.node = node;
+  k.time += duration;
+  k.count += 1;
+  k.occupancy = occupancy;
+  g.kernel_time += duration;
+}
+
+// A whole graph launch, timed from its first node's start to its last node's end. Its kernels
+// get the launch's time in the proportions measured while they were traced one by one, scaled
+// by how much of a launch's span they filled then (gaps between nodes are not kernel time).
+void Processor::graph(const dctx_gpu_activity &r) {
+  GraphCalibration &g = graph_seen(r.graph_id, r.correlation);
+  const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
+  dctx_node replay = 0;
+  const bool launched_here = correlations_.get(r.correlation, &replay);
+  if (!launched_here) {
+    ++stats_.unattributed;
+    if (unattributed_node_ == 0)
+      unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
+    replay = unattributed_node_;
+  }
+  double spans = 0;
+  for (const auto &[corr, span] : g.spans)
+    spans += static_cast<double>(span.second > span.first ? span.second - span.first : 0);
+  double kernel_time = 0;
+  dctx_node interval_node = replay;
+  if (spans > 0 && g.kernel_time > 0) {
+    const double launches = static_cast<double>(g.spans.size());
+    for (const GraphKernel &k : g.kernels) {
+      const double t = duration * k.time / spans;
+      dctx_add(k.node, m_gpu_time_, t);
+      dctx_add(k.node, m_launches_, k.count / launches);
+      if (k.occupancy > 0) dctx_add(k.node, m_occupancy_, k.occupancy * k.count / launches);
+      kernel_time += t;
+    }
+    stats_.kernels += static_cast<uint64_t>(static_cast<double>(g.kernels.size()) + 0.5);
+    ++stats_.graph_launches_timed;
+  } else {
+    // Not measured per kernel yet: the launch's span, under the replay site, named as a graph.
+    interval_node =
+        dctx_child(replay, named_frame(DCTX_FRAME_KERNEL, "graph " + std::to_string(r.graph_id) +
+                                                              " (kernels not traced one by one)"));
+    dctx_add(interval_node, m_gpu_time_, duration);
+    dctx_add(interval_node, m_launches_, 1);
+    kernel_time = duration;
+    ++stats_.graph_launches_uncalibrated;
+  }
+  stats_.gpu_time_ns += kernel_time;
+  if (launched_here) dctx_add(replay, m_graph_time_, kernel_time);
+  if (r.device != kHostDevice && r.end > r.start) {  // INT_MAX: the graph started on the host
+    DeviceState &dev = device(r.device);
+    if (dev.pending.size() >= kIdleWindow) sweep_device(dev, false);
+    dev.pending.push_back({r.start, r.end, replay});
+  }
+  if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, interval_node, r, launched_here);
+}
+
+void Processor::update_graphs_calibrated() {
+  bool any = false, all = true;
+  for (const auto &[id, g] : graphs_) {
+    if (g.last_seen + kRecentGraphLaunches < graph_launches_) continue;  // not launched lately
+    any = true;
+    all = all && g.full();
+  }
+  graphs_calibrated_.store(any && all, std::memory_order_relaxed);
 }
 
 void Processor::timeline_event(dctx_frame_kind kind, dctx_node node, const dctx_gpu_activity &r,
@@ -385,11 +479,15 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
       case DCTX_GPU_MEMSET:
         memset(records[i]);
         break;
+      case DCTX_GPU_GRAPH:
+        graph(records[i]);
+        break;
       default:
         break;
     }
   }
   sweep_idle(false);
+  if (!graphs_.empty()) update_graphs_calibrated();
 }
 
 void Processor::add_dropped(uint64_t count) {
@@ -424,15 +522,17 @@ void Processor::finish(bool final) {
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
   const ProcessorStats &s = stats_;
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
-                "%llu, \"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-                "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
-                (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
-                (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
-                (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
-                (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
-                s.gpu_time_ns);
+  std::snprintf(
+      buf, sizeof buf,
+      "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
+      "%llu, \"graph_launches_timed\": %llu, \"graph_launches_uncalibrated\": %llu, "
+      "\"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
+      "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
+      (unsigned long long)s.kernels, (unsigned long long)s.memcpys, (unsigned long long)s.memsets,
+      (unsigned long long)s.graph_kernels, (unsigned long long)s.graph_launches_timed,
+      (unsigned long long)s.graph_launches_uncalibrated, (unsigned long long)s.unattributed,
+      (unsigned long long)s.dropped, (unsigned long long)s.launches_expected,
+      (unsigned long long)s.launches_received, s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
   if (!final) return;
   if (s.dropped > 0) {
@@ -447,6 +547,22 @@ void Processor::finish(bool final) {
                   "%llu GPU activity records had no launch context (launched before profiling "
                   "started); they are under <no launch context>",
                   (unsigned long long)s.unattributed);
+    dctx_note(buf);
+  }
+  if (s.graph_launches_timed > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%llu CUDA graph launches were timed whole (CUPTI graph-level tracing, far "
+                  "cheaper for graphs of many small kernels) and their time split across the "
+                  "graph's kernels as measured one by one over its first %u launches",
+                  (unsigned long long)s.graph_launches_timed, kCalibrationLaunches);
+    dctx_note(buf);
+  }
+  if (s.graph_launches_uncalibrated > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%llu CUDA graph launches were timed whole before their kernels had been "
+                  "measured one by one: their time is under 'graph N (kernels not traced one by "
+                  "one)' at the launch site",
+                  (unsigned long long)s.graph_launches_uncalibrated);
     dctx_note(buf);
   }
   if (s.launches_expected > s.launches_received) {

@@ -70,9 +70,11 @@ class CorrelationMap {
 
 struct ProcessorStats {
   uint64_t kernels = 0, memcpys = 0, memsets = 0;
-  uint64_t graph_kernels = 0;     /* kernels replayed from a graph, placed at their capture site */
-  uint64_t unattributed = 0;      /* records whose correlation id had no launch context */
-  uint64_t dropped = 0;           /* records CUPTI reported as dropped */
+  uint64_t graph_kernels = 0; /* kernels replayed from a graph, placed at their capture site */
+  uint64_t graph_launches_timed = 0; /* graph launches timed whole, split by their calibration */
+  uint64_t graph_launches_uncalibrated = 0; /* timed whole before any per-kernel calibration */
+  uint64_t unattributed = 0;                /* records whose correlation id had no launch context */
+  uint64_t dropped = 0;                     /* records CUPTI reported as dropped */
   uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
   uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
   double gpu_time_ns = 0;
@@ -105,6 +107,13 @@ class Processor {
   void finish(bool final);
 
   ProcessorStats stats() const;
+
+  /* Graph-level tracing (tracer.cpp switches CUPTI to it and back): on while every graph
+   * launched among the last kRecentGraphLaunches graph launches has its per-kernel times measured
+   * over kCalibrationLaunches launches. A launch of a graph without them turns it off again. */
+  static constexpr uint32_t kCalibrationLaunches = 50;
+  static constexpr uint64_t kRecentGraphLaunches = 500;
+  bool graphs_calibrated() const { return graphs_calibrated_.load(std::memory_order_relaxed); }
   uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
 
  private:
@@ -119,6 +128,23 @@ class Processor {
     double idle_ns = 0;
     std::vector<Interval> pending;
   };
+  /* A graph's kernels as measured per node while CUPTI traced them one by one: what a later
+   * whole-graph record (start to end of the launch) is split by. */
+  struct GraphKernel {
+    dctx_node node = 0; /* the kernel's node under its capture site */
+    double time = 0;    /* summed over the calibration launches */
+    double count = 0;
+    double occupancy = 0; /* theoretical, of its last launch */
+  };
+  struct GraphCalibration {
+    std::vector<GraphKernel> kernels;
+    std::unordered_map<uint64_t, size_t> by_graph_node; /* CUPTI graph node id -> kernels index */
+    std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> spans; /* launch -> first, last */
+    double kernel_time = 0;
+    uint32_t last_launch = 0; /* correlation id of the last launch seen */
+    uint64_t last_seen = 0;   /* graph_launches_ when it was seen */
+    bool full() const { return spans.size() >= kCalibrationLaunches; }
+  };
   struct KernelShape {
     int32_t grid[3], block[3];
     uint32_t registers;
@@ -130,6 +156,11 @@ class Processor {
   void kernel(const dctx_gpu_activity &record);
   void memcpy(const dctx_gpu_activity &record);
   void memset(const dctx_gpu_activity &record);
+  void calibrate(const dctx_gpu_activity &record, dctx_node node, double duration,
+                 double occupancy);
+  void graph(const dctx_gpu_activity &record);
+  GraphCalibration &graph_seen(uint32_t graph_id, uint32_t correlation);
+  void update_graphs_calibrated();
   DeviceState &device(uint32_t ordinal);
   uint32_t kernel_frame(const char *mangled);
   uint32_t named_frame(dctx_frame_kind kind, const std::string &name);
@@ -161,6 +192,9 @@ class Processor {
   std::unordered_map<std::string, uint32_t> kernel_frames_;
   std::unordered_map<std::string, uint32_t> named_frames_;
   std::unordered_map<dctx_node, KernelShape> shapes_;
+  std::unordered_map<uint32_t, GraphCalibration> graphs_; /* by CUPTI graph id */
+  uint64_t graph_launches_ = 0; /* launches of any graph seen, by either kind of record */
+  std::atomic<bool> graphs_calibrated_{false};
   dctx_node unattributed_node_ = 0;
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;

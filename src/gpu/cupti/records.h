@@ -13,10 +13,13 @@ typedef enum dctx_gpu_activity_kind {
   DCTX_GPU_KERNEL = 1,
   DCTX_GPU_MEMCPY = 2,
   DCTX_GPU_MEMSET = 3,
+  /* A whole graph launch (CUPTI graph-level tracing): graph_id, correlation, start, end, device,
+   * stream; its kernels have no records of their own. */
+  DCTX_GPU_GRAPH = 4,
 } dctx_gpu_activity_kind;
 
-/* One decoded activity record (a CUPTI kernel, memcpy or memset record). Times are CUPTI
- * timestamps in ns. Fields that do not apply to the kind are 0. */
+/* One decoded activity record (a CUPTI kernel, memcpy, memset or graph-trace record). Times are
+ * CUPTI timestamps in ns. Fields that do not apply to the kind are 0. */
 typedef struct dctx_gpu_activity {
   uint32_t kind; /* dctx_gpu_activity_kind */
   uint32_t correlation;

@@ -2,10 +2,13 @@
 // Processor on the launching thread, activity buffers decoded and processed on CUPTI's thread.
 #include <cupti.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,6 +203,8 @@ class Tracer {
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
   void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
   void wait_for_records();
+  struct GraphMode;
+  void graph_mode_loop(GraphMode *mode);
 
   CuptiApi api_;
   void *lib_ = nullptr;
@@ -212,6 +217,19 @@ class Tracer {
   std::atomic<bool> running_{false};
   int flush_hook_ = 0;
   std::mutex lifecycle_;
+  // Graph-level tracing while graphs are measured (graph_mode_loop). The thread is detached and
+  // its state never freed: a forked child has no such thread, and one still waiting at exit
+  // must not find its mutex destroyed.
+  struct GraphMode {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false, running = true;
+    pid_t pid = 0;
+  };
+  bool graph_auto_ = false;
+  std::atomic<bool> graph_level_{false};
+  uint64_t graph_switches_ = 0;
+  GraphMode *graph_mode_ = nullptr;
 };
 
 Tracer g_tracer;
@@ -360,6 +378,16 @@ int Tracer::start(const char *candidates, const char *record_path) {
     dctx_note(message_.c_str());
     return DCTX_CUPTI_NO_GPU;
   }
+  const char *graphs_env = std::getenv("DEEPCONTEXT_CUPTI_GRAPHS");
+  graph_auto_ = kernels.empty() && !(graphs_env && std::strcmp(graphs_env, "node") == 0);
+  dctx_set_meta("cupti_graph_tracing", graph_auto_ ? "auto" : "node");
+  graph_level_.store(false);
+  graph_switches_ = 0;
+  if (graph_auto_) {
+    graph_mode_ = new GraphMode();
+    graph_mode_->pid = getpid();
+    std::thread([this, mode = graph_mode_] { graph_mode_loop(mode); }).detach();
+  }
   if (!flush_hook_) flush_hook_ = dctx_register_flush_hook(&Tracer::on_flush, this);
   dctx_set_meta("cupti_library", library_path_.c_str());
   message_ = "GPU tracing on (" + library_path_ + ")";
@@ -391,6 +419,15 @@ void Tracer::wait_for_records() {
 void Tracer::stop() {
   std::lock_guard lock(lifecycle_);
   if (!running_) return;
+  if (graph_mode_ != nullptr && graph_mode_->pid == getpid()) {  // the thread is ours
+    std::unique_lock graph_lock(graph_mode_->mu);
+    graph_mode_->stop = true;
+    graph_mode_->cv.notify_all();
+    graph_mode_->cv.wait_for(graph_lock, std::chrono::seconds(2),
+                             [this] { return !graph_mode_->running; });
+    dctx_set_meta("cupti_graph_switches", std::to_string(graph_switches_).c_str());
+  }
+  graph_mode_ = nullptr;
   wait_for_records();
   for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
   api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
@@ -536,6 +573,18 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
         a.dst_kind = m->dstKind;
         break;
       }
+      case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: {
+        const auto *g = reinterpret_cast<const CUpti_ActivityGraphTrace2 *>(record);
+        a.kind = DCTX_GPU_GRAPH;
+        a.correlation = g->correlationId;
+        a.start = g->start;
+        a.end = g->end;
+        a.device = g->deviceId;
+        a.context = g->contextId;
+        a.stream = g->streamId;
+        a.graph_id = g->graphId;
+        break;
+      }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto *m = reinterpret_cast<const CUpti_ActivityMemset4 *>(record);
         a.kind = DCTX_GPU_MEMSET;
@@ -560,6 +609,40 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
   if (recorder_) recorder_->buffer(decoded.data(), decoded.size(), dropped);
   processor_->process(decoded.data(), decoded.size());
   if (dropped) processor_->add_dropped(dropped);
+  if (graph_auto_ && graph_mode_ && processor_->graphs_calibrated() != graph_level_.load())
+    graph_mode_->cv.notify_one();
+}
+
+// CUPTI traces a graph's kernels one by one by instrumenting every node of each launch: for a
+// graph of many small kernels (XLA's command buffers) that costs the program more than the
+// kernels (bench/jax_overhead.py: 1.57-1.81x the step time of a JAX MLP on the H100, against
+// 1.05x with graph-level records). So once every graph in use has been measured per kernel
+// (Processor::graphs_calibrated), graph-level records are turned on: each launch is then one
+// record, split by the measured proportions; a launch of a graph not yet measured turns them
+// off again. Switched here, off CUPTI's threads. DEEPCONTEXT_CUPTI_GRAPHS=node keeps per-node
+// records throughout.
+void Tracer::graph_mode_loop(GraphMode *mode) {
+  pthread_setname_np(pthread_self(), "dctx-cupti-mode");
+  std::unique_lock lock(mode->mu);
+  while (!mode->stop) {
+    mode->cv.wait_for(lock, std::chrono::milliseconds(200));
+    if (mode->stop) break;
+    const bool want = processor_->graphs_calibrated();
+    if (want == graph_level_.load()) continue;
+    const CUptiResult r = want ? api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
+                               : api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    if (r != CUPTI_SUCCESS) {
+      const std::string note =
+          "CUDA graphs traced per kernel throughout: CUPTI graph-level tracing unavailable (" +
+          api_.describe(r) + ")";
+      dctx_note(note.c_str());
+      break;
+    }
+    graph_level_.store(want);
+    ++graph_switches_;
+  }
+  mode->running = false;
+  mode->cv.notify_all();
 }
 
 }  // namespace

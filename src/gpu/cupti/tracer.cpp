@@ -368,6 +368,9 @@ int Tracer::start(const char *candidates, const char *record_path) {
       kind = kernels == "graph" ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_MEMSET;
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
   }
+  // Diagnostic: =both has graph-level records from the start beside the kernel records.
+  if (r == CUPTI_SUCCESS && kernels == "both")
+    r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
     api_.unsubscribe(subscriber_);
@@ -609,8 +612,9 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
   if (recorder_) recorder_->buffer(decoded.data(), decoded.size(), dropped);
   processor_->process(decoded.data(), decoded.size());
   if (dropped) processor_->add_dropped(dropped);
-  if (graph_auto_ && graph_mode_ && processor_->graphs_calibrated() != graph_level_.load())
-    graph_mode_->cv.notify_one();
+  GraphMode *mode = graph_mode_;  // stop() clears it
+  if (graph_auto_ && mode && processor_->graphs_calibrated() != graph_level_.load())
+    mode->cv.notify_one();
 }
 
 // CUPTI traces a graph's kernels one by one by instrumenting every node of each launch: for a

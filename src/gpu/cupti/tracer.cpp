@@ -635,8 +635,12 @@ void Tracer::graph_mode_loop(GraphMode *mode) {
     if (mode->stop) break;
     const bool want = processor_->graphs_calibrated();
     if (want == graph_level_.load()) continue;
+    static const bool debug = std::getenv("DEEPCONTEXT_CUPTI_DEBUG") != nullptr;
+    if (debug)
+      std::fprintf(stderr, "deepcontext: graph-level records %s...\n", want ? "on" : "off");
     const CUptiResult r = want ? api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
                                : api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    if (debug) std::fprintf(stderr, "deepcontext: ... %s\n", api_.describe(r).c_str());
     if (r != CUPTI_SUCCESS) {
       const std::string note =
           "CUDA graphs traced per kernel throughout: CUPTI graph-level tracing unavailable (" +

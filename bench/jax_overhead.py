@@ -60,9 +60,9 @@ ENV_CONFIGS = {
     # (kernels are not attributed in either; diagnostics only).
     "deepcontext, no kernel records": {"DEEPCONTEXT_CUPTI_KERNELS": "off"},
     "deepcontext, graph-level records": {"DEEPCONTEXT_CUPTI_KERNELS": "graph"},
-    # CUDA graphs (XLA's command buffers) switched to graph-level records once each graph's
-    # kernels are measured (docs/gpu.md; not the default yet).
-    "deepcontext, graph-level after calibration": {"DEEPCONTEXT_CUPTI_GRAPHS": "auto"},
+    # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
+    # outside graphs as usual.
+    "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -75,7 +75,7 @@ ALIASES = {
     "noapi": "deepcontext, no API callbacks",
     "nokernels": "deepcontext, no kernel records",
     "graphtrace": "deepcontext, graph-level records",
-    "graphauto": "deepcontext, graph-level after calibration",
+    "graphs": "deepcontext, graphs timed whole",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

@@ -2,13 +2,10 @@
 // Processor on the launching thread, activity buffers decoded and processed on CUPTI's thread.
 #include <cupti.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -203,8 +200,6 @@ class Tracer {
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
   void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
   void wait_for_records();
-  struct GraphMode;
-  void graph_mode_loop(GraphMode *mode);
 
   CuptiApi api_;
   void *lib_ = nullptr;
@@ -217,19 +212,6 @@ class Tracer {
   std::atomic<bool> running_{false};
   int flush_hook_ = 0;
   std::mutex lifecycle_;
-  // Graph-level tracing while graphs are measured (graph_mode_loop). The thread is detached and
-  // its state never freed: a forked child has no such thread, and one still waiting at exit
-  // must not find its mutex destroyed.
-  struct GraphMode {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool stop = false, running = true;
-    pid_t pid = 0;
-  };
-  bool graph_auto_ = false;
-  std::atomic<bool> graph_level_{false};
-  uint64_t graph_switches_ = 0;
-  GraphMode *graph_mode_ = nullptr;
 };
 
 Tracer g_tracer;
@@ -368,9 +350,16 @@ int Tracer::start(const char *candidates, const char *record_path) {
       kind = kernels == "graph" ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_MEMSET;
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
   }
-  // Diagnostic: =both has graph-level records from the start beside the kernel records.
-  if (r == CUPTI_SUCCESS && kernels == "both")
-    r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  // DEEPCONTEXT_CUPTI_GRAPHS=graph: CUDA graph launches as one record each (CUPTI graph-level
+  // tracing), kernels outside graphs as before. CUPTI instruments every node of a launch to time
+  // it, which for graphs of many small kernels (XLA's command buffers) costs more than the
+  // kernels: a JAX MLP step ran 0.17 ms with per-node records, 0.10 ms with graph-level ones (H200,
+  // docs/gpu.md). The price: a graph's kernels are not timed one by one. Set before any graph is
+  // launched; switching mid-run crashed the program inside CUPTI.
+  const char *graphs_env = std::getenv("DEEPCONTEXT_CUPTI_GRAPHS");
+  const bool graph_level = kernels.empty() && graphs_env && std::strcmp(graphs_env, "graph") == 0;
+  if (r == CUPTI_SUCCESS && graph_level) r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  dctx_set_meta("cupti_graph_tracing", graph_level ? "graph" : "node");
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
     api_.unsubscribe(subscriber_);
@@ -380,18 +369,6 @@ int Tracer::start(const char *candidates, const char *record_path) {
     message_ = "GPU metrics off: CUPTI activity tracing unavailable (" + api_.describe(r) + ")";
     dctx_note(message_.c_str());
     return DCTX_CUPTI_NO_GPU;
-  }
-  const char *graphs_env = std::getenv("DEEPCONTEXT_CUPTI_GRAPHS");
-  // Off by default until seen working on the GPU machine: its first run there (2026-12-05) ended
-  // the JAX MLP program early, cause not yet known (docs/gpu.md).
-  graph_auto_ = kernels.empty() && graphs_env && std::strcmp(graphs_env, "auto") == 0;
-  dctx_set_meta("cupti_graph_tracing", graph_auto_ ? "auto" : "node");
-  graph_level_.store(false);
-  graph_switches_ = 0;
-  if (graph_auto_) {
-    graph_mode_ = new GraphMode();
-    graph_mode_->pid = getpid();
-    std::thread([this, mode = graph_mode_] { graph_mode_loop(mode); }).detach();
   }
   if (!flush_hook_) flush_hook_ = dctx_register_flush_hook(&Tracer::on_flush, this);
   dctx_set_meta("cupti_library", library_path_.c_str());
@@ -424,15 +401,6 @@ void Tracer::wait_for_records() {
 void Tracer::stop() {
   std::lock_guard lock(lifecycle_);
   if (!running_) return;
-  if (graph_mode_ != nullptr && graph_mode_->pid == getpid()) {  // the thread is ours
-    std::unique_lock graph_lock(graph_mode_->mu);
-    graph_mode_->stop = true;
-    graph_mode_->cv.notify_all();
-    graph_mode_->cv.wait_for(graph_lock, std::chrono::seconds(2),
-                             [this] { return !graph_mode_->running; });
-    dctx_set_meta("cupti_graph_switches", std::to_string(graph_switches_).c_str());
-  }
-  graph_mode_ = nullptr;
   wait_for_records();
   for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
   api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
@@ -614,45 +582,6 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
   if (recorder_) recorder_->buffer(decoded.data(), decoded.size(), dropped);
   processor_->process(decoded.data(), decoded.size());
   if (dropped) processor_->add_dropped(dropped);
-  GraphMode *mode = graph_mode_;  // stop() clears it
-  if (graph_auto_ && mode && processor_->graphs_calibrated() != graph_level_.load())
-    mode->cv.notify_one();
-}
-
-// CUPTI traces a graph's kernels one by one by instrumenting every node of each launch: for a
-// graph of many small kernels (XLA's command buffers) that costs the program more than the
-// kernels (bench/jax_overhead.py: 1.57-1.81x the step time of a JAX MLP on the H100, against
-// 1.05x with graph-level records). So once every graph in use has been measured per kernel
-// (Processor::graphs_calibrated), graph-level records are turned on: each launch is then one
-// record, split by the measured proportions; a launch of a graph not yet measured turns them
-// off again. Switched here, off CUPTI's threads. DEEPCONTEXT_CUPTI_GRAPHS=auto turns this on;
-// the default keeps per-node records throughout.
-void Tracer::graph_mode_loop(GraphMode *mode) {
-  pthread_setname_np(pthread_self(), "dctx-cupti-mode");
-  std::unique_lock lock(mode->mu);
-  while (!mode->stop) {
-    mode->cv.wait_for(lock, std::chrono::milliseconds(200));
-    if (mode->stop) break;
-    const bool want = processor_->graphs_calibrated();
-    if (want == graph_level_.load()) continue;
-    static const bool debug = std::getenv("DEEPCONTEXT_CUPTI_DEBUG") != nullptr;
-    if (debug)
-      std::fprintf(stderr, "deepcontext: graph-level records %s...\n", want ? "on" : "off");
-    const CUptiResult r = want ? api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
-                               : api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-    if (debug) std::fprintf(stderr, "deepcontext: ... %s\n", api_.describe(r).c_str());
-    if (r != CUPTI_SUCCESS) {
-      const std::string note =
-          "CUDA graphs traced per kernel throughout: CUPTI graph-level tracing unavailable (" +
-          api_.describe(r) + ")";
-      dctx_note(note.c_str());
-      break;
-    }
-    graph_level_.store(want);
-    ++graph_switches_;
-  }
-  mode->running = false;
-  mode->cv.notify_all();
 }
 
 }  // namespace

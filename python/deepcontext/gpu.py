@@ -39,6 +39,14 @@ def add_arguments(parser) -> None:
         default=True,
         help="do not trace GPU kernels, copies and synchronizations",
     )
+    g.add_argument(
+        "--cuda-graphs",
+        choices=("node", "graph"),
+        default=None,
+        help="node (default): every kernel a CUDA graph replays, timed and placed where it was "
+        "captured; graph: each graph launch timed whole at its launch site, far cheaper for "
+        "graphs of many small kernels such as XLA's command buffers (docs/gpu.md)",
+    )
 
 
 def _torch_cuda_major() -> str | None:
@@ -156,6 +164,8 @@ def _start() -> None:
             _message = f"GPU metrics off: cannot load {os.path.basename(_LIBRARY)} ({exc})"
             _say(_message)
             return
+        if _options.get("cuda_graphs"):  # read by the tracer at start (src/gpu/cupti/tracer.cpp)
+            os.environ["DEEPCONTEXT_CUPTI_GRAPHS"] = _options["cuda_graphs"]
         record = _options.get("gpu_record") or os.environ.get("DEEPCONTEXT_CUPTI_RECORD")
         code = _lib.dctx_cupti_start(
             "\n".join(cupti_candidates()).encode(), record.encode() if record else None

@@ -245,6 +245,23 @@ def test_lost_context_and_dropped_records_are_counted_and_noted(tmp_path):
     )
 
 
+def test_cuda_graphs_option_reaches_the_tracer(tmp_path):
+    """--cuda-graphs graph is read by the tracer from DEEPCONTEXT_CUPTI_GRAPHS at its start
+    (graph-level CUPTI records must be on before any graph launches); a bad value is one line."""
+    script = tmp_path / "g.py"
+    script.write_text("import os, torch\nprint(os.environ.get('DEEPCONTEXT_CUPTI_GRAPHS'))\n")
+    cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(tmp_path / "g.dctx")]
+    res = subprocess.run(
+        [*cmd, "--cuda-graphs", "graph", str(script)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["graph"]
+    res = subprocess.run(
+        [*cmd, "--cuda-graphs", "nodes", str(script)], capture_output=True, text=True
+    )
+    assert res.returncode != 0 and "invalid choice: 'nodes'" in res.stderr
+
+
 def test_without_a_driver_cpu_profiling_goes_on_with_one_line(tmp_path):
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("this machine has an NVIDIA driver")

@@ -63,6 +63,9 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
+    # Experiment: per-node records for each graph's first launches, then graph-level ones split
+    # by the measured kernel times (switched on the launching thread; docs/gpu.md).
+    "deepcontext, graph-level after calibration": {"DEEPCONTEXT_CUPTI_GRAPHS": "switch"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -76,6 +79,7 @@ ALIASES = {
     "nokernels": "deepcontext, no kernel records",
     "graphtrace": "deepcontext, graph-level records",
     "graphs": "deepcontext, graphs timed whole",
+    "graphswitch": "deepcontext, graph-level after calibration",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

@@ -332,10 +332,29 @@ void Processor::memset(const dctx_gpu_activity &r) {
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMSET, node, r, base != unattributed_node_);
 }
 
+Processor::GraphCalibration &Processor::graph_seen(uint32_t graph_id, uint32_t correlation) {
+  GraphCalibration &g = graphs_[graph_id];
+  if (g.last_seen == 0 || g.last_launch != correlation) {
+    g.last_launch = correlation;
+    g.last_seen = ++graph_launches_;
+  }
+  return g;
+}
+
+void Processor::update_graphs_calibrated() {
+  bool any = false, all = true;
+  for (const auto &[id, g] : graphs_) {
+    if (g.last_seen + kRecentGraphLaunches < graph_launches_) continue;  // not launched lately
+    any = true;
+    all = all && g.full();
+  }
+  graphs_calibrated_.store(any && all, std::memory_order_relaxed);
+}
+
 // A kernel replayed from a graph, traced on its own: its share of the graph's launches.
 void Processor::calibrate(const dctx_gpu_activity &r, dctx_node node, double duration,
                           double occupancy) {
-  GraphCalibration &g = graphs_[r.graph_id];
+  GraphCalibration &g = graph_seen(r.graph_id, r.correlation);
   auto span = g.spans.find(r.correlation);
   if (span == g.spans.end()) {
     if (g.full()) return;
@@ -357,11 +376,12 @@ void Processor::calibrate(const dctx_gpu_activity &r, dctx_node node, double dur
 // node's end. If the graph's kernels were traced one by one over earlier launches, they get the
 // launch's time in the proportions measured then, scaled by how much of a launch's span they
 // filled (gaps between nodes are not kernel time). Else the launch stays one "graph N" node at
-// its launch site. (With DEEPCONTEXT_CUPTI_GRAPHS=graph every launch is whole from the start:
+// its launch site. (With DEEPCONTEXT_CUPTI_GRAPHS=graph every launch is whole from the start;
 // turning graph-level records on mid-run, after per-node launches, crashed the JAX MLP inside
-// CUPTI on the H200, so only the replay tests mix the two kinds for now.)
+// CUPTI on the H200 when done from another thread: DEEPCONTEXT_CUPTI_GRAPHS=switch, an
+// experiment, does it on the launching thread instead, tracer.cpp.)
 void Processor::graph(const dctx_gpu_activity &r) {
-  GraphCalibration &g = graphs_[r.graph_id];
+  GraphCalibration &g = graph_seen(r.graph_id, r.correlation);
   const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
   dctx_node replay = 0;
   const bool launched_here = correlations_.get(r.correlation, &replay);
@@ -472,6 +492,7 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
     }
   }
   sweep_idle(false);
+  if (!graphs_.empty()) update_graphs_calibrated();
 }
 
 void Processor::add_dropped(uint64_t count) {

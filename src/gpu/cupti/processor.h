@@ -111,6 +111,11 @@ class Processor {
   /* Launches of a graph whose kernels are measured one by one to split later whole-graph records
    * by (Processor::graph). */
   static constexpr uint32_t kCalibrationLaunches = 50;
+  /* Experiment (tracer.cpp, DEEPCONTEXT_CUPTI_GRAPHS=switch): true while every graph launched
+   * among the last kRecentGraphLaunches graph launches has been measured over
+   * kCalibrationLaunches launches. */
+  static constexpr uint64_t kRecentGraphLaunches = 500;
+  bool graphs_calibrated() const { return graphs_calibrated_.load(std::memory_order_relaxed); }
   uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
 
  private:
@@ -138,6 +143,8 @@ class Processor {
     std::unordered_map<uint64_t, size_t> by_graph_node; /* CUPTI graph node id -> kernels index */
     std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> spans; /* launch -> first, last */
     double kernel_time = 0;
+    uint32_t last_launch = 0; /* correlation id of the last launch seen */
+    uint64_t last_seen = 0;   /* graph_launches_ when it was seen */
     bool full() const { return spans.size() >= kCalibrationLaunches; }
   };
   struct KernelShape {
@@ -154,6 +161,8 @@ class Processor {
   void calibrate(const dctx_gpu_activity &record, dctx_node node, double duration,
                  double occupancy);
   void graph(const dctx_gpu_activity &record);
+  GraphCalibration &graph_seen(uint32_t graph_id, uint32_t correlation);
+  void update_graphs_calibrated();
   DeviceState &device(uint32_t ordinal);
   uint32_t kernel_frame(const char *mangled);
   uint32_t named_frame(dctx_frame_kind kind, const std::string &name);
@@ -186,6 +195,8 @@ class Processor {
   std::unordered_map<std::string, uint32_t> named_frames_;
   std::unordered_map<dctx_node, KernelShape> shapes_;
   std::unordered_map<uint32_t, GraphCalibration> graphs_; /* by CUPTI graph id */
+  uint64_t graph_launches_ = 0; /* launches of any graph seen, by either kind of record */
+  std::atomic<bool> graphs_calibrated_{false};
   dctx_node unattributed_node_ = 0;
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;

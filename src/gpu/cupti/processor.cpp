@@ -526,7 +526,7 @@ void Processor::finish(bool final) {
   publish_devices();
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
   const ProcessorStats &s = stats_;
-  char buf[512];
+  char buf[768];
   std::snprintf(
       buf, sizeof buf,
       "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "

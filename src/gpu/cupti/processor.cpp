@@ -281,7 +281,8 @@ void Processor::kernel(const dctx_gpu_activity &r) {
   const OccupancyLimits occ = theoretical_occupancy(dev.props, threads, r.registers, shared);
   const double occupancy = dev.props.max_threads_per_sm != 0 ? occ.occupancy : 0.0;
   if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occupancy);
-  if (from_graph && r.graph_id != 0) calibrate(r, node, duration, occupancy);
+  if (calibrate_graphs_.load(std::memory_order_relaxed) && from_graph && r.graph_id != 0)
+    calibrate(r, node, duration, occupancy);
 
   const KernelShape shape{{r.grid[0], r.grid[1], r.grid[2]},
                           {r.block[0], r.block[1], r.block[2]},

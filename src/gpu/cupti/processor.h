@@ -116,6 +116,9 @@ class Processor {
    * kCalibrationLaunches launches. */
   static constexpr uint64_t kRecentGraphLaunches = 500;
   bool graphs_calibrated() const { return graphs_calibrated_.load(std::memory_order_relaxed); }
+  /* Keep per-kernel measurements of graph launches (only worth their memory, about 100 bytes per
+   * graph node, when whole-graph records may follow). Set before the first record. */
+  void set_graph_calibration(bool on) { calibrate_graphs_.store(on, std::memory_order_relaxed); }
   uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
 
  private:
@@ -197,6 +200,7 @@ class Processor {
   std::unordered_map<uint32_t, GraphCalibration> graphs_; /* by CUPTI graph id */
   uint64_t graph_launches_ = 0; /* launches of any graph seen, by either kind of record */
   std::atomic<bool> graphs_calibrated_{false};
+  std::atomic<bool> calibrate_graphs_{false};
   dctx_node unattributed_node_ = 0;
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;

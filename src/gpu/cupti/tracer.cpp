@@ -367,6 +367,7 @@ int Tracer::start(const char *candidates, const char *record_path) {
   if (r == CUPTI_SUCCESS && graphs == "graph")
     r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   graph_switch_ = graphs == "switch";
+  processor_->set_graph_calibration(graph_switch_);
   graph_level_ = false;
   graph_switches_ = 0;
   dctx_set_meta("cupti_graph_tracing", std::string(graphs).c_str());

@@ -363,7 +363,13 @@ int Tracer::start(const char *candidates, const char *record_path) {
   // docs/gpu.md). The price: a graph's kernels are not timed one by one. Set before any graph is
   // launched; switching mid-run crashed the program inside CUPTI.
   const char *graphs_env = std::getenv("DEEPCONTEXT_CUPTI_GRAPHS");
-  const std::string_view graphs = graphs_env && kernels.empty() ? graphs_env : "node";
+  std::string_view graphs = graphs_env && kernels.empty() ? graphs_env : "node";
+  if (graphs != "node" && graphs != "graph" && graphs != "switch") {
+    const std::string note = "DEEPCONTEXT_CUPTI_GRAPHS=" + std::string(graphs) +
+                             " is not node, graph or switch: CUDA graphs traced per kernel";
+    dctx_note(note.c_str());
+    graphs = "node";
+  }
   if (r == CUPTI_SUCCESS && graphs == "graph")
     r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   graph_switch_ = graphs == "switch";

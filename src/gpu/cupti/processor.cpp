@@ -233,6 +233,10 @@ dctx_node Processor::base_node(const dctx_gpu_activity &record, bool *from_graph
     }
   }
   if (correlations_.get(record.correlation, &node)) return node;
+  return unattributed();
+}
+
+dctx_node Processor::unattributed() {
   ++stats_.unattributed;
   if (unattributed_node_ == 0)
     unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
@@ -386,12 +390,7 @@ void Processor::graph(const dctx_gpu_activity &r) {
   const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
   dctx_node replay = 0;
   const bool launched_here = correlations_.get(r.correlation, &replay);
-  if (!launched_here) {
-    ++stats_.unattributed;
-    if (unattributed_node_ == 0)
-      unattributed_node_ = dctx_child(0, named_frame(DCTX_FRAME_GPU_API, "<no launch context>"));
-    replay = unattributed_node_;
-  }
+  if (!launched_here) replay = unattributed();
   double spans = 0;
   for (const auto &[corr, span] : g.spans)
     spans += static_cast<double>(span.second > span.first ? span.second - span.first : 0);
@@ -493,7 +492,8 @@ void Processor::process(const dctx_gpu_activity *records, size_t count) {
     }
   }
   sweep_idle(false);
-  if (!graphs_.empty()) update_graphs_calibrated();
+  if (calibrate_graphs_.load(std::memory_order_relaxed) && !graphs_.empty())
+    update_graphs_calibrated();
 }
 
 void Processor::add_dropped(uint64_t count) {

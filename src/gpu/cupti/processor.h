@@ -158,6 +158,8 @@ class Processor {
   };
 
   dctx_node base_node(const dctx_gpu_activity &record, bool *from_graph);
+  /* Counts a record whose correlation id had no launch context; the node it goes under. */
+  dctx_node unattributed();
   void kernel(const dctx_gpu_activity &record);
   void memcpy(const dctx_gpu_activity &record);
   void memset(const dctx_gpu_activity &record);

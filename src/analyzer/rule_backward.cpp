@@ -47,6 +47,72 @@ bool is_data_movement(const std::string &name) {
   return ops.count(name) > 0 || is_view_op(name);
 }
 
+// Elementwise math: the backward of an elementwise operator is a few elementwise operators
+// (log1p's is an add and a division), each as costly as the forward or more (a float64 division
+// costs several multiplications), so ratios of 4-5x are the operator's nature, nothing to
+// reformulate. In-place variants count as their operator.
+bool is_pointwise(std::string name) {
+  static const std::unordered_set<std::string> ops = {"add",
+                                                      "sub",
+                                                      "rsub",
+                                                      "mul",
+                                                      "div",
+                                                      "neg",
+                                                      "reciprocal",
+                                                      "exp",
+                                                      "exp2",
+                                                      "expm1",
+                                                      "log",
+                                                      "log1p",
+                                                      "log2",
+                                                      "log10",
+                                                      "sqrt",
+                                                      "rsqrt",
+                                                      "pow",
+                                                      "square",
+                                                      "abs",
+                                                      "sign",
+                                                      "sgn",
+                                                      "sigmoid",
+                                                      "tanh",
+                                                      "sin",
+                                                      "cos",
+                                                      "tan",
+                                                      "asin",
+                                                      "acos",
+                                                      "atan",
+                                                      "sinh",
+                                                      "cosh",
+                                                      "erf",
+                                                      "erfc",
+                                                      "relu",
+                                                      "clamp",
+                                                      "clamp_min",
+                                                      "clamp_max",
+                                                      "where",
+                                                      "eq",
+                                                      "ne",
+                                                      "gt",
+                                                      "lt",
+                                                      "ge",
+                                                      "le",
+                                                      "masked_fill",
+                                                      "threshold_backward",
+                                                      "sigmoid_backward",
+                                                      "tanh_backward",
+                                                      "logit",
+                                                      "xlogy",
+                                                      "lerp",
+                                                      "addcmul",
+                                                      "addcdiv",
+                                                      "maximum",
+                                                      "minimum"};
+  if (name.rfind("aten::", 0) != 0) return false;
+  name.erase(0, 6);
+  if (!name.empty() && name.back() == '_') name.pop_back();
+  return ops.count(name) > 0;
+}
+
 std::vector<int> backward_children(const Query &q, int op) {
   std::vector<int> out;
   for (int c : q.children(op)) {
@@ -88,10 +154,14 @@ void backward_imbalance(const Query &q, const Context &, std::vector<Finding> &o
     }
     // The forward's own operator between copies (cumsum's backward: flip, cumsum, flip): the
     // operator's natural cost, nothing to reformulate.
-    double own = 0;
-    for (const auto &[name, t] : bwd_ops)
+    double own = 0, pointwise = 0;
+    for (const auto &[name, t] : bwd_ops) {
       if (name == op_name || is_data_movement(name)) own += t;
+      if (is_pointwise(name) || is_data_movement(name)) pointwise += t;
+    }
     if (own >= kOwnShare * bwd) continue;
+    // An elementwise operator whose backward is elementwise arithmetic: its natural cost.
+    if (is_pointwise(op_name) && pointwise >= kOwnShare * bwd) continue;
     std::stable_sort(order.begin(), order.end(), [&](const std::string &a, const std::string &b) {
       return bwd_ops[a] > bwd_ops[b];
     });

@@ -247,15 +247,22 @@ SPAWN = """
 import os, socket, sys
 import torch, torch.distributed as dist, torch.multiprocessing as mp
 
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ps = torch.nn.ParameterList([torch.zeros(2048) for _ in range(96)])
+
+    def forward(self, x):
+        return x * torch.stack([p.sum() for p in self.ps]).sum()
+
 def work(i, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=i, world_size=world)
     t = torch.ones(256)
     dist.all_reduce(t)  # SPAWN-ALLREDUCE
-    # a communication-bound DDP loop: 25 MB of gradients per step, almost no compute
+    # a communication-bound DDP loop: 96 small gradients, one 8 KB bucket each, and almost no
+    # compute: 96 all-reduces per step, latency-bound, which stays so on a loaded 2-core machine
     torch.set_num_threads(1)
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(6)])
-    )
+    ddp = torch.nn.parallel.DistributedDataParallel(Scale(), bucket_cap_mb=0.008)
     for _ in range(8):
         ddp(torch.randn(1, 1024)).sum().backward()
     # FSDP2: parameters all-gathered before forward/backward, gradients reduce-scattered

@@ -10,7 +10,8 @@ and an aten operator, the share of backward kernel time placed under the forward
 deepcontext's peak RSS for 10x the steps, and the resident size at each tenth of those steps.
 Every child prints a line as it ends (step time, the CPU part of the step: the time until the step
 is issued, which above the GPU's time means a CPU-bound step). The configurations' order rotates
-from one run to the next.
+from one run to the next; the paired ratio is the median of each run's ratio to the unprofiled
+run of its own round, so that the host's drift between rounds cancels.
 
     python bench/gpu_overhead.py [--steps 60] [--runs 2] [--long-steps 600] [--json out.json]
 """
@@ -380,16 +381,26 @@ def _med(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
+def _paired(runs: dict, mode: str) -> float:
+    """Median over the rounds of each round's step time against that round's own run without a
+    profiler: the host's drift from round to round cancels out."""
+    pairs = zip(runs[mode], runs["baseline"], strict=True)
+    return statistics.median(a["median_step_s"] / b["median_step_s"] for a, b in pairs)
+
+
 def summary_row(w: str, runs: dict) -> str:
     base = _med(runs["baseline"], "median_step_s")
     tp = _med(runs["torch.profiler"], "median_step_s") / base
     dc = _med(runs["deepcontext"], "median_step_s") / base
+    paired = (
+        f" (paired {_paired(runs, 'torch.profiler'):.3f}x / {_paired(runs, 'deepcontext'):.3f}x)"
+    )
     extra = "".join(
         f", {m} {_med(r, 'median_step_s') / base:.3f}x"
         for m, r in runs.items()
         if m in DEEPCONTEXT_MODES and m != "deepcontext"
     )
-    return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x{extra}"
+    return f"{w}: torch.profiler {tp:.3f}x, deepcontext {dc:.3f}x{extra}{paired}"
 
 
 def rss_curves(results: dict) -> str:
@@ -408,12 +419,13 @@ def rss_curves(results: dict) -> str:
 
 def summary_table(results: dict) -> str:
     head = (
-        "| workload | base step ms | torch.profiler | deepcontext | RSS +MB torch.profiler | "
+        "| workload | base step ms | torch.profiler | deepcontext | paired: torch.profiler / "
+        "deepcontext | RSS +MB torch.profiler | "
         f"RSS +MB deepcontext | RSS +MB {results['steps']}->long: deepcontext (no profiler) | "
         "gpu_time / "
         "torch.profiler kernels (count) | under line+aten | backward under forward | window "
         "incl. start/stop: torch.profiler / deepcontext |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     rows = [head]
     for w, runs in results["workloads"].items():
@@ -429,7 +441,9 @@ def summary_table(results: dict) -> str:
         window0 = _med(runs["baseline"], "window_s")
         rows.append(
             f"| {w} | {base * 1e3:.2f} | {_med(tp, 'median_step_s') / base:.3f}x | "
-            f"{_med(dc, 'median_step_s') / base:.3f}x | {_med(tp, 'peak_rss_mb') - rss0:+.0f} | "
+            f"{_med(dc, 'median_step_s') / base:.3f}x | "
+            f"{_paired(runs, 'torch.profiler'):.3f}x / {_paired(runs, 'deepcontext'):.3f}x | "
+            f"{_med(tp, 'peak_rss_mb') - rss0:+.0f} | "
             f"{_med(dc, 'peak_rss_mb') - rss0:+.0f} | {growth} | {ratio:.4f} ({counts}) | "
             f"{_med(dc, 'under_line_and_op') * 100:.2f}% | "
             f"{_med(dc, 'backward_under_forward') * 100:.2f}% | "

@@ -63,8 +63,8 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
-    # Experiment: per-node records for each graph's first launches, then graph-level ones split
-    # by the measured kernel times (switched on the launching thread; docs/gpu.md).
+    # The switch to graph-level records after each graph's first launches crashed inside CUPTI
+    # (docs/gpu.md): the tracer now refuses it with a note and traces per kernel.
     "deepcontext, graph-level after calibration": {"DEEPCONTEXT_CUPTI_GRAPHS": "switch"},
 }
 # Short names for --configs (shell-friendly: no spaces).

@@ -364,9 +364,17 @@ int Tracer::start(const char *candidates, const char *record_path) {
   // launched; switching mid-run crashed the program inside CUPTI.
   const char *graphs_env = std::getenv("DEEPCONTEXT_CUPTI_GRAPHS");
   std::string_view graphs = graphs_env && kernels.empty() ? graphs_env : "node";
-  if (graphs != "node" && graphs != "graph" && graphs != "switch") {
+  if (graphs == "switch") {
+    // Graph-level records turned on mid-run crashed the JAX MLP inside CUPTI, from another thread
+    // (H200) and from the launching thread's cuGraphLaunch callback (H100, 2026-12-06): the
+    // experiment stays off so that the program is never harmed.
+    dctx_note(
+        "DEEPCONTEXT_CUPTI_GRAPHS=switch is disabled (switching CUPTI to graph-level records "
+        "mid-run crashed programs): CUDA graphs traced per kernel");
+    graphs = "node";
+  } else if (graphs != "node" && graphs != "graph") {
     const std::string note = "DEEPCONTEXT_CUPTI_GRAPHS=" + std::string(graphs) +
-                             " is not node, graph or switch: CUDA graphs traced per kernel";
+                             " is not node or graph: CUDA graphs traced per kernel";
     dctx_note(note.c_str());
     graphs = "node";
   }

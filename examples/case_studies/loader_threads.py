@@ -4,10 +4,7 @@ worker per core plus one intra-op thread per core, so the cores are over-subscri
 workers always have decoding to do, and the main process's parallel regions (many short ones)
 wait for whichever of their threads a worker preempted, with the others spinning at the barrier.
 After: the cores split between the two, half each (the prototype's U-Net 16 -> 8 data-loader
-threads case, 54 s -> 47 s). The process runs on 4 cores (`--cores`), the share of one GPU's
-training process on a multi-GPU node."""
-
-import os
+threads case, 54 s -> 47 s)."""
 
 import numpy as np
 import torch
@@ -71,15 +68,8 @@ def main(fixed: bool) -> None:
             ("--rounds", int, 6, "photometric rounds of the main process's augmentation"),
             ("--workers", int, 0, "loader workers (0: the variant's choice)"),
             ("--threads", int, 0, "intra-op threads (0: the variant's choice)"),
-            ("--cores", int, 4, "cores the training process runs on (0: all it may use)"),
         ),
     )
-    # One training process of a multi-GPU node has a share of the host's cores, not all of them:
-    # the case runs on `--cores` of them (the loader workers inherit the affinity), so that a
-    # 16-core host with one GPU behaves like one rank of a node with 4 cores per GPU.
-    allowed = sorted(os.sched_getaffinity(0))
-    if 0 < args.cores < len(allowed):
-        os.sched_setaffinity(0, allowed[: args.cores])
     cores = usable_cpus()
     batch, size = (4, 64) if args.small else (16, 256)
     # Before: as many workers as cores, and torch's intra-op threads on every core too.

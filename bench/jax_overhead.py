@@ -63,9 +63,6 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
-    # The switch to graph-level records after each graph's first launches crashed inside CUPTI
-    # (docs/gpu.md): the tracer now refuses it with a note and traces per kernel.
-    "deepcontext, graph-level after calibration": {"DEEPCONTEXT_CUPTI_GRAPHS": "switch"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -79,7 +76,6 @@ ALIASES = {
     "nokernels": "deepcontext, no kernel records",
     "graphtrace": "deepcontext, graph-level records",
     "graphs": "deepcontext, graphs timed whole",
-    "graphswitch": "deepcontext, graph-level after calibration",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

@@ -127,7 +127,6 @@ def attribution(path: str) -> dict:
                 "gpu_stats",
                 "cupti_library",
                 "cupti_graph_tracing",
-                "cupti_graph_switches",
                 "notes",
             )
         },

@@ -200,7 +200,6 @@ class Tracer {
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
   void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
   void wait_for_records();
-  void switch_graph_level();
 
   CuptiApi api_;
   void *lib_ = nullptr;
@@ -213,11 +212,6 @@ class Tracer {
   std::atomic<bool> running_{false};
   int flush_hook_ = 0;
   std::mutex lifecycle_;
-  // DEEPCONTEXT_CUPTI_GRAPHS=switch (switch_graph_level).
-  std::atomic<bool> graph_switch_{false};
-  std::atomic<bool> graph_level_{false};
-  uint64_t graph_switches_ = 0;
-  std::mutex graph_switch_mu_;
 };
 
 Tracer g_tracer;
@@ -380,10 +374,6 @@ int Tracer::start(const char *candidates, const char *record_path) {
   }
   if (r == CUPTI_SUCCESS && graphs == "graph")
     r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-  graph_switch_ = graphs == "switch";
-  processor_->set_graph_calibration(graph_switch_);
-  graph_level_ = false;
-  graph_switches_ = 0;
   dctx_set_meta("cupti_graph_tracing", std::string(graphs).c_str());
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
@@ -426,11 +416,6 @@ void Tracer::wait_for_records() {
 void Tracer::stop() {
   std::lock_guard lock(lifecycle_);
   if (!running_) return;
-  if (graph_switch_) {
-    std::lock_guard graph_lock(graph_switch_mu_);
-    graph_switch_ = false;
-    dctx_set_meta("cupti_graph_switches", std::to_string(graph_switches_).c_str());
-  }
   wait_for_records();
   for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
   api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
@@ -481,7 +466,6 @@ void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
   const uint64_t now = now_ns();
   if (data->callbackSite == CUPTI_API_ENTER) {
     const bool outermost = state.depth == 0;
-    if (graph_switch_ && api.kind == DCTX_GPU_API_GRAPH_LAUNCH && outermost) switch_graph_level();
     const dctx_node context = outermost ? launch_context() : 0;
     if (recorder_)
       recorder_->api_enter(api.name, domain, data->correlationId, outermost, context, now);
@@ -492,30 +476,6 @@ void Tracer::api_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
     if (recorder_) recorder_->api_exit(now, status != 0);
     processor_->api_exit(state, now, status != 0);
   }
-}
-
-// Experiment (DEEPCONTEXT_CUPTI_GRAPHS=switch; docs/gpu.md): graph-level records once every graph
-// in use has had its kernels measured one by one (Processor::graphs_calibrated), per-node records
-// again when a graph without them is launched. Switched on a launching thread just before its
-// graph launch: switched from another thread while graphs were being launched, the program
-// crashed inside CUPTI (H200, 2026-12-05).
-void Tracer::switch_graph_level() {
-  const bool want = processor_->graphs_calibrated();
-  if (want == graph_level_.load(std::memory_order_relaxed)) return;
-  std::lock_guard lock(graph_switch_mu_);
-  if (!graph_switch_ || want == graph_level_.load()) return;
-  const CUptiResult r = want ? api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
-                             : api_.activity_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-  if (r != CUPTI_SUCCESS) {
-    graph_switch_ = false;
-    const std::string note =
-        "CUDA graphs traced per kernel: CUPTI graph-level tracing unavailable (" +
-        api_.describe(r) + ")";
-    dctx_note(note.c_str());
-    return;
-  }
-  graph_level_.store(want);
-  ++graph_switches_;
 }
 
 void Tracer::resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {

@@ -63,6 +63,8 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
+    # Sampled tracing (--cuda-graphs sample): per-kernel records 100 ms of every second.
+    "deepcontext, sampled": {"DEEPCONTEXT_CUPTI_GRAPHS": "sample"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -76,6 +78,7 @@ ALIASES = {
     "nokernels": "deepcontext, no kernel records",
     "graphtrace": "deepcontext, graph-level records",
     "graphs": "deepcontext, graphs timed whole",
+    "sample": "deepcontext, sampled",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

@@ -41,11 +41,13 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--cuda-graphs",
-        choices=("node", "graph"),
+        choices=("node", "graph", "sample"),
         default=None,
         help="node (default): every kernel a CUDA graph replays, timed and placed where it was "
         "captured; graph: each graph launch timed whole at its launch site, far cheaper for "
-        "graphs of many small kernels such as XLA's command buffers (docs/gpu.md)",
+        "graphs of many small kernels such as XLA's command buffers; sample: as node, but GPU "
+        "activity traced 100 ms of every second and weighted 10x "
+        "(DEEPCONTEXT_CUPTI_SAMPLE=on_ms:period_ms) (docs/gpu.md)",
     )
 
 

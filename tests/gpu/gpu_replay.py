@@ -118,6 +118,7 @@ def _libraries():
         ctypes.c_size_t,
         ctypes.c_uint64,
     ]
+    gpu.dctx_cupti_replay_window.argtypes = [h, ctypes.c_int, ctypes.c_uint64, ctypes.c_double]
     gpu.dctx_cupti_replay_close.argtypes = [h]
     return core, gpu
 
@@ -155,6 +156,8 @@ def replay(events: list[dict]) -> None:
         elif e == "graph_node":
             ctx = context(ev["path"]) if "path" in ev else 0
             gpu.dctx_cupti_replay_graph_node(r, ev["tid"], ev["id"], ev["original"], ctx)
+        elif e == "window":
+            gpu.dctx_cupti_replay_window(r, ev["open"], ev["t"], ev["scale"])
         elif e == "buffer":
             recs = ev["records"]
             arr = (Activity * max(len(recs), 1))()

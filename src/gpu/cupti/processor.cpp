@@ -261,13 +261,51 @@ Processor::DeviceState &Processor::device(uint32_t ordinal) {
   return d;
 }
 
+void Processor::set_sampling(double scale) {
+  std::lock_guard lock(windows_mutex_);
+  sampling_ = scale > 1.0;
+  scale_ = sampling_ ? scale : 1.0;
+}
+
+void Processor::window_open(uint64_t ts) {
+  std::lock_guard lock(windows_mutex_);
+  if (windows_.size() >= kMaxWindows) windows_.erase(windows_.begin());
+  windows_.push_back({windows_opened_++, ts, UINT64_MAX});
+}
+
+void Processor::window_close(uint64_t ts) {
+  std::lock_guard lock(windows_mutex_);
+  if (!windows_.empty() && windows_.back().close == UINT64_MAX) windows_.back().close = ts;
+}
+
+int64_t Processor::window_of(uint64_t start, uint64_t end) const {
+  std::lock_guard lock(windows_mutex_);
+  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
+    if (start < w->open) continue;
+    return end <= w->close ? w->index : -1;
+  }
+  return -1;
+}
+
+double Processor::sample_weight(const dctx_gpu_activity &r, int64_t *window) {
+  *window = 0;
+  if (!sampling_) return 1.0;
+  *window = window_of(r.start, std::max(r.start, r.end));
+  if (*window >= 0) return scale_;
+  ++stats_.outside_windows;
+  return 0.0;
+}
+
 void Processor::kernel(const dctx_gpu_activity &r) {
+  int64_t window = 0;
+  const double weight = sample_weight(r, &window);
+  if (weight == 0) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, kernel_frame(r.name));
-  const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
+  const double duration = weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
   dctx_add(node, m_gpu_time_, duration);
-  dctx_add(node, m_launches_, 1);
+  dctx_add(node, m_launches_, weight);
   ++stats_.kernels;
   stats_.gpu_time_ns += duration;
   if (from_graph) {
@@ -310,28 +348,36 @@ void Processor::kernel(const dctx_gpu_activity &r) {
   }
   if (r.end > r.start) {
     if (dev.pending.size() >= kIdleWindow) sweep_device(dev, false);  // never past its capacity
-    dev.pending.push_back({r.start, r.end, base});
+    dev.pending.push_back({r.start, r.end, base, window});
   }
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, node, r, base != unattributed_node_);
 }
 
 void Processor::memcpy(const dctx_gpu_activity &r) {
+  int64_t window = 0;
+  const double weight = sample_weight(r, &window);
+  if (weight == 0) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMCPY, memcpy_name(r)));
-  dctx_add(node, m_memcpy_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
-  dctx_add(node, m_memcpy_bytes_, static_cast<double>(r.bytes));
+  dctx_add(node, m_memcpy_time_,
+           weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0));
+  dctx_add(node, m_memcpy_bytes_, weight * static_cast<double>(r.bytes));
   ++stats_.memcpys;
   device(r.device);
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMCPY, node, r, base != unattributed_node_);
 }
 
 void Processor::memset(const dctx_gpu_activity &r) {
+  int64_t window = 0;
+  const double weight = sample_weight(r, &window);
+  if (weight == 0) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMSET, "memset"));
-  dctx_add(node, m_memset_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
-  dctx_add(node, m_memset_bytes_, static_cast<double>(r.bytes));
+  dctx_add(node, m_memset_time_,
+           weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0));
+  dctx_add(node, m_memset_bytes_, weight * static_cast<double>(r.bytes));
   ++stats_.memsets;
   device(r.device);
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMSET, node, r, base != unattributed_node_);
@@ -422,7 +468,7 @@ void Processor::graph(const dctx_gpu_activity &r) {
   if (r.device != kHostDevice && r.end > r.start) {  // INT_MAX: the graph started on the host
     DeviceState &dev = device(r.device);
     if (dev.pending.size() >= kIdleWindow) sweep_device(dev, false);
-    dev.pending.push_back({r.start, r.end, replay});
+    dev.pending.push_back({r.start, r.end, replay, 0});
   }
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, interval_node, r, launched_here);
 }
@@ -448,8 +494,12 @@ void Processor::sweep_device(DeviceState &dev, bool all) {
   const size_t n = all ? dev.pending.size() : dev.pending.size() / 2;
   for (size_t i = 0; i < n; ++i) {
     const Interval &k = dev.pending[i];
+    if (k.window != dev.window) {
+      dev.busy_until = 0;  // sampling: the time between two windows was not traced
+      dev.window = k.window;
+    }
     if (dev.busy_until != 0 && k.start > dev.busy_until) {
-      const double gap = static_cast<double>(k.start - dev.busy_until);
+      const double gap = scale_ * static_cast<double>(k.start - dev.busy_until);
       dctx_add(k.node, m_idle_, gap);
       dev.idle_ns += gap;
     }
@@ -528,17 +578,18 @@ void Processor::finish(bool final) {
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
   const ProcessorStats &s = stats_;
   char buf[768];
-  std::snprintf(
-      buf, sizeof buf,
-      "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
-      "%llu, \"graph_launches_timed\": %llu, \"graph_launches_uncalibrated\": %llu, "
-      "\"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-      "\"launches_received\": %llu, \"gpu_time_ns\": %.0f}",
-      (unsigned long long)s.kernels, (unsigned long long)s.memcpys, (unsigned long long)s.memsets,
-      (unsigned long long)s.graph_kernels, (unsigned long long)s.graph_launches_timed,
-      (unsigned long long)s.graph_launches_uncalibrated, (unsigned long long)s.unattributed,
-      (unsigned long long)s.dropped, (unsigned long long)s.launches_expected,
-      (unsigned long long)s.launches_received, s.gpu_time_ns);
+  std::snprintf(buf, sizeof buf,
+                "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
+                "%llu, \"graph_launches_timed\": %llu, \"graph_launches_uncalibrated\": %llu, "
+                "\"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
+                "\"launches_received\": %llu, \"outside_windows\": %llu, \"gpu_time_ns\": %.0f}",
+                (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
+                (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
+                (unsigned long long)s.graph_launches_timed,
+                (unsigned long long)s.graph_launches_uncalibrated,
+                (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
+                (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
+                (unsigned long long)s.outside_windows, s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
   if (!final) return;
   if (s.dropped > 0) {
@@ -571,7 +622,14 @@ void Processor::finish(bool final) {
                   (unsigned long long)s.graph_launches_uncalibrated);
     dctx_note(buf);
   }
-  if (s.launches_expected > s.launches_received) {
+  if (sampling_) {
+    std::snprintf(buf, sizeof buf,
+                  "GPU activity was traced in %lld sampling windows, each record standing for "
+                  "%.1fx its time and count (--cuda-graphs sample); %llu records that a window's "
+                  "edge cut were left out",
+                  (long long)windows_opened_, scale_, (unsigned long long)s.outside_windows);
+    dctx_note(buf);
+  } else if (s.launches_expected > s.launches_received) {
     std::snprintf(buf, sizeof buf,
                   "%llu of %llu kernel launches produced no activity record (another CUPTI client "
                   "such as torch.profiler may have taken the activity buffers)",

@@ -77,6 +77,7 @@ struct ProcessorStats {
   uint64_t dropped = 0;                     /* records CUPTI reported as dropped */
   uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
   uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
+  uint64_t outside_windows = 0;   /* sampling: records not wholly inside a tracing window */
   double gpu_time_ns = 0;
 };
 
@@ -121,15 +122,28 @@ class Processor {
   void set_graph_calibration(bool on) { calibrate_graphs_.store(on, std::memory_order_relaxed); }
   uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
 
+  /* Sampled tracing (tracer.cpp, --cuda-graphs sample): activity records are on only inside
+   * windows, each record stands for `scale` times its time and count (period / window length).
+   * Set before the first record. Windows open and close in CUPTI's clock; a record counts only
+   * if it starts and ends inside one window: a graph launch cut by the window's end gets its
+   * unfinished nodes' end times from the next window (seen on the H100). */
+  void set_sampling(double scale);
+  void window_open(uint64_t cupti_ts);
+  void window_close(uint64_t cupti_ts);
+  /* Index of the window [open, close] that holds [start, end], or -1. */
+  int64_t window_of(uint64_t start, uint64_t end) const;
+
  private:
   struct Interval {
     uint64_t start, end;
     dctx_node node;
+    int64_t window; /* sampling: gaps between two windows are not idle time */
   };
   struct DeviceState {
     bool known = false;
     dctx_gpu_device props{};
     uint64_t busy_until = 0;
+    int64_t window = -1;
     double idle_ns = 0;
     std::vector<Interval> pending;
   };
@@ -204,6 +218,20 @@ class Processor {
   std::atomic<bool> graphs_calibrated_{false};
   std::atomic<bool> calibrate_graphs_{false};
   dctx_node unattributed_node_ = 0;
+
+  /* Sampling windows: (index, open, close), the newest last, close UINT64_MAX while open. */
+  struct Window {
+    int64_t index;
+    uint64_t open, close;
+  };
+  static constexpr size_t kMaxWindows = 256; /* records arrive within seconds of their window */
+  mutable std::mutex windows_mutex_;
+  std::vector<Window> windows_;
+  int64_t windows_opened_ = 0;
+  double scale_ = 1.0;
+  bool sampling_ = false;
+  /* sampling: scale of a record, 0 if it falls outside every window (counted); sets *window. */
+  double sample_weight(const dctx_gpu_activity &record, int64_t *window);
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;
   dctx_metric m_memcpy_time_, m_memcpy_bytes_, m_memset_time_, m_memset_bytes_;

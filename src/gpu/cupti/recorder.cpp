@@ -118,6 +118,16 @@ void Recorder::graph_node(uint64_t id, uint64_t original, bool with_context, dct
   write_line(line);
 }
 
+void Recorder::window(bool open, uint64_t ts, uint32_t scale) {
+  std::string line = "{\"e\": \"window\"";
+  append_uint(line, "open", open ? 1 : 0);
+  append_uint(line, "t", ts);
+  append_uint(line, "scale", scale);
+  line += "}";
+  std::lock_guard lock(mutex_);
+  write_line(line);
+}
+
 void Recorder::buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped) {
   std::string devices;
   std::string line = "{\"e\": \"buffer\"";

@@ -26,6 +26,8 @@ class Recorder {
   void api_exit(uint64_t now_ns, bool failed);
   void graph_node(uint64_t id, uint64_t original, bool with_context, dctx_node context);
   void buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped);
+  /* Sampled tracing: a window opens or closes at ts (CUPTI's clock); records weigh `scale`. */
+  void window(bool open, uint64_t ts, uint32_t scale);
   void close();
 
  private:

@@ -63,6 +63,15 @@ void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *rec
   if (dropped) r->processor->add_dropped(dropped);
 }
 
+void dctx_cupti_replay_window(dctx_cupti_replay *r, int open, uint64_t ts, double scale) {
+  if (open) {
+    r->processor->set_sampling(scale);
+    r->processor->window_open(ts);
+  } else {
+    r->processor->window_close(ts);
+  }
+}
+
 void dctx_cupti_replay_close(dctx_cupti_replay *r) {
   if (!r) return;
   r->processor->finish(true);

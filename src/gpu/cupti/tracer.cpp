@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@ struct CuptiApi {
   decltype(&cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
   decltype(&cuptiGetGraphNodeId) graph_node_id = nullptr;
+  decltype(&cuptiGetTimestamp) timestamp = nullptr;
 
   bool load(void *lib) {
     bool ok = true;
@@ -57,6 +59,7 @@ struct CuptiApi {
     sym(dropped_records, "cuptiActivityGetNumDroppedRecords");
     sym(result_string, "cuptiGetResultString");
     sym(graph_node_id, "cuptiGetGraphNodeId");
+    sym(timestamp, "cuptiGetTimestamp");
     return ok;
   }
   std::string describe(CUptiResult r) const {
@@ -200,6 +203,7 @@ class Tracer {
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
   void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
   void wait_for_records();
+  void duty_loop(uint32_t on_ms, uint32_t period_ms);
 
   CuptiApi api_;
   void *lib_ = nullptr;
@@ -212,6 +216,12 @@ class Tracer {
   std::atomic<bool> running_{false};
   int flush_hook_ = 0;
   std::mutex lifecycle_;
+  // --cuda-graphs sample: a thread that turns the activity records on for on_ms of every
+  // period_ms (duty_loop).
+  std::thread duty_;
+  std::mutex duty_mu_;
+  std::condition_variable duty_cv_;
+  bool duty_stop_ = false;
 };
 
 Tracer g_tracer;
@@ -345,6 +355,8 @@ int Tracer::start(const char *candidates, const char *record_path) {
   // cost the program (kernels are then not attributed).
   const char *kernels_env = std::getenv("DEEPCONTEXT_CUPTI_KERNELS");
   const std::string_view kernels = kernels_env ? kernels_env : "";
+  uint64_t enabled_at = 0;  // CUPTI's clock before the records are on (sampling's first window)
+  api_.timestamp(&enabled_at);
   for (CUpti_ActivityKind kind : kActivityKinds) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && (kernels == "off" || kernels == "graph"))
       kind = kernels == "graph" ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_MEMSET;
@@ -366,14 +378,32 @@ int Tracer::start(const char *candidates, const char *record_path) {
         "DEEPCONTEXT_CUPTI_GRAPHS=switch is disabled (switching CUPTI to graph-level records "
         "mid-run crashed programs): CUDA graphs traced per kernel");
     graphs = "node";
-  } else if (graphs != "node" && graphs != "graph") {
+  } else if (graphs != "node" && graphs != "graph" && graphs != "sample") {
     const std::string note = "DEEPCONTEXT_CUPTI_GRAPHS=" + std::string(graphs) +
-                             " is not node or graph: CUDA graphs traced per kernel";
+                             " is not node, graph or sample: CUDA graphs traced per kernel";
     dctx_note(note.c_str());
     graphs = "node";
   }
   if (r == CUPTI_SUCCESS && graphs == "graph")
     r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  uint32_t sample_on = 0, sample_period = 0;
+  if (graphs == "sample") {
+    // Per-kernel records in windows of on_ms every period_ms (DEEPCONTEXT_CUPTI_SAMPLE, default
+    // 100:1000), each record weighted by period / on: the per-node instrumentation of graph
+    // launches is paid a tenth of the time (docs/gpu.md).
+    const char *env = std::getenv("DEEPCONTEXT_CUPTI_SAMPLE");
+    if (!env || std::sscanf(env, "%u:%u", &sample_on, &sample_period) != 2 || sample_on == 0 ||
+        sample_period <= sample_on) {
+      if (env) dctx_note("DEEPCONTEXT_CUPTI_SAMPLE is not on_ms:period_ms (on < period): 100:1000");
+      sample_on = 100;
+      sample_period = 1000;
+    }
+    processor_->set_sampling(double(sample_period) / double(sample_on));
+    processor_->window_open(enabled_at);
+    if (recorder_) recorder_->window(true, enabled_at, sample_period / sample_on);
+    const std::string windows = std::to_string(sample_on) + ":" + std::to_string(sample_period);
+    dctx_set_meta("cupti_sample_windows_ms", windows.c_str());
+  }
   dctx_set_meta("cupti_graph_tracing", std::string(graphs).c_str());
   if (r != CUPTI_SUCCESS) {
     for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
@@ -387,6 +417,10 @@ int Tracer::start(const char *candidates, const char *record_path) {
   }
   if (!flush_hook_) flush_hook_ = dctx_register_flush_hook(&Tracer::on_flush, this);
   dctx_set_meta("cupti_library", library_path_.c_str());
+  if (sample_on > 0) {
+    duty_stop_ = false;
+    duty_ = std::thread([this, sample_on, sample_period] { duty_loop(sample_on, sample_period); });
+  }
   message_ = "GPU tracing on (" + library_path_ + ")";
   running_ = true;
   return DCTX_CUPTI_OK;
@@ -413,7 +447,41 @@ void Tracer::wait_for_records() {
   api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
+// Sampled tracing: records on for on_ms, off for the rest of each period. Turning the activity
+// kinds off and on is what torch.profiler's schedule does too; unlike switching CUPTI to
+// graph-level records mid-run (which crashed, see start), it ran cleanly on the H100. The window
+// edges are taken on CUPTI's clock before each switch: the processor keeps a record only if it
+// lies wholly inside a window.
+void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
+  std::unique_lock lock(duty_mu_);
+  bool on = true;
+  while (!duty_stop_) {
+    const uint32_t wait = on ? on_ms : period_ms - on_ms;
+    if (duty_cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return duty_stop_; }))
+      break;
+    on = !on;
+    uint64_t ts = 0;
+    api_.timestamp(&ts);
+    if (recorder_) recorder_->window(on, ts, period_ms / on_ms);
+    if (on) {
+      processor_->window_open(ts);
+      for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_enable(kind);
+    } else {
+      processor_->window_close(ts);
+      for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
+    }
+  }
+}
+
 void Tracer::stop() {
+  if (duty_.joinable()) {
+    {
+      std::lock_guard l(duty_mu_);
+      duty_stop_ = true;
+    }
+    duty_cv_.notify_all();
+    duty_.join();
+  }
   std::lock_guard lock(lifecycle_);
   if (!running_) return;
   wait_for_records();

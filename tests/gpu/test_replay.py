@@ -262,6 +262,24 @@ def test_cuda_graphs_option_reaches_the_tracer(tmp_path):
     assert res.returncode != 0 and "invalid choice: 'nodes'" in res.stderr
 
 
+def test_jax_programs_get_sampled_graph_tracing_unless_told_otherwise(tmp_path):
+    """The GPU tracing starts when the first GPU framework is imported: for JAX (command buffers
+    of many small kernels) in sampled mode, for torch per node; the user's choice wins."""
+    cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(tmp_path / "j.dctx")]
+    shown = "import os, sys\nprint(os.environ.get('DEEPCONTEXT_CUPTI_GRAPHS'))\n"
+    for imports, extra, want in (
+        ("jax", [], "sample"),
+        ("torch", [], "None"),
+        ("jax", ["--cuda-graphs", "node"], "node"),
+    ):
+        script = tmp_path / f"{imports}_{len(extra)}.py"
+        script.write_text(f"import {imports}\n" + shown)
+        env = {k: v for k, v in os.environ.items() if k != "DEEPCONTEXT_CUPTI_GRAPHS"}
+        res = subprocess.run([*cmd, *extra, str(script)], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split()[-1:] == [want], (imports, extra, res.stdout)
+
+
 def test_without_a_driver_cpu_profiling_goes_on_with_one_line(tmp_path):
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("this machine has an NVIDIA driver")

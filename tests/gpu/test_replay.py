@@ -451,52 +451,78 @@ def test_whole_graph_records_before_any_kernel_was_measured_stay_at_the_launch(r
 def _windowed(events, scale):
     """The recorded traffic with two sampling windows (--cuda-graphs sample): the first from
     before any record to a moment inside a kernel (that kernel is cut by the edge), the second
-    from 60 % of the records' span on. Returns (events, windows)."""
+    from 60 % to 80 % of the records' span; the run ends after the last record. Returns (events,
+    windows as (open, close, weight), the cut kernel)."""
     kernels = sorted(records(events, 1), key=lambda r: r["start"])
     t0 = kernels[0]["start"] - 1
-    span = kernels[-1]["end"] - t0
+    end = max(r["end"] for r in kernels) + 1
+    span = end - t0
     cut = next(r for r in kernels if r["start"] > t0 + 0.4 * span and r["end"] > r["start"] + 1)
     t1 = (cut["start"] + cut["end"]) // 2
     t2 = max(t0 + int(0.6 * span), cut["end"] + 1)
-    windows = [(t0, t1), (t2, 2**63)]
+    t3 = t2 + int(0.2 * span)
+    # Each window stands for the time from its opening to the next one's (or the run's end).
+    windows = [(t0, t1, (t2 - t0) / (t1 - t0)), (t2, t3, (end - t2) / (t3 - t2))]
     marks = [
         {"e": "window", "open": 1, "t": t0, "scale": scale},
         {"e": "window", "open": 0, "t": t1, "scale": scale},
         {"e": "window", "open": 1, "t": t2, "scale": scale},
+        {"e": "window", "open": 0, "t": t3, "scale": scale},
     ]
     first_buffer = next(i for i, ev in enumerate(events) if ev["e"] == "buffer")
-    return events[:first_buffer] + marks + events[first_buffer:], windows, cut
+    last = {"e": "window", "open": 0, "t": end, "scale": 0}  # the end of the run
+    return events[:first_buffer] + marks + events[first_buffer:] + [last], windows, cut
 
 
 @pytest.mark.parametrize("name", ("graph", "eager"))
-def test_sampled_records_count_inside_their_window_and_weigh_the_period(replayed, tmp_path, name):
+def test_sampled_records_count_inside_their_window_and_weigh_its_period(replayed, tmp_path, name):
     events, _ = replayed(name)
-    scale = 10
-    derived, windows, cut = _windowed(events, scale)
+    derived, windows, cut = _windowed(events, scale=10)
     prof = _replay_events(derived, tmp_path, f"sampled-{name}")
 
-    def inside(r):
-        return any(a <= r["start"] and max(r["start"], r["end"]) <= b for a, b in windows)
+    def weight(r):
+        for a, b, w in windows:
+            if a <= r["start"] and max(r["start"], r["end"]) <= b:
+                return w
+        return 0
 
     kernels = list(records(events, 1))
-    kept = [r for r in kernels if inside(r)]
+    kept = [r for r in kernels if weight(r)]
     assert cut not in kept and 0 < len(kept) < len(kernels)
-    kept_time = sum(max(0, r["end"] - r["start"]) for r in kept)
-    assert prof.total("gpu_time") == pytest.approx(scale * kept_time, rel=1e-9)
+    want = sum(weight(r) * max(0, r["end"] - r["start"]) for r in kept)
+    assert prof.total("gpu_time") == pytest.approx(want, rel=1e-9)
     assert sum(n.exclusive("launches") for n in kernel_nodes(prof)) == pytest.approx(
-        scale * len(kept)
+        sum(weight(r) for r in kept)
     )
-    others = [r for r in records(events) if r["kind"] in (1, 2, 3) and not inside(r)]
+    others = [r for r in records(events) if r["kind"] in (1, 2, 3) and not weight(r)]
     stats = json.loads(prof.meta["gpu_stats"])
     assert stats["outside_windows"] == len(others) > 0
     # Idle time: gaps between kernels of one window only, weighted like the records.
     idle = 0
-    for a, b in windows:
+    for a, b, w in windows:
         busy = 0
         for r in sorted((r for r in kept if a <= r["start"] <= b), key=lambda r: r["start"]):
             if busy and r["start"] > busy:
-                idle += r["start"] - busy
+                idle += w * (r["start"] - busy)
             busy = max(busy, r["end"])
-    assert prof.total("gpu_idle_time") == pytest.approx(scale * idle, rel=1e-6, abs=1)
+    assert prof.total("gpu_idle_time") == pytest.approx(idle, rel=1e-6, abs=1)
     assert any("sampling windows" in note for note in prof.notes)
     assert not any("produced no activity record" in note for note in prof.notes)
+
+
+def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path):
+    """Sampling that never closed a window traced everything: weight 1, the plain totals."""
+    events, truth = replayed("eager")
+    kernels = list(records(events, 1))
+    first_buffer = next(i for i, ev in enumerate(events) if ev["e"] == "buffer")
+    t0 = min(r["start"] for r in kernels) - 1
+    end = max(r["end"] for r in kernels) + 1
+    derived = (
+        events[:first_buffer]
+        + [{"e": "window", "open": 1, "t": t0, "scale": 10}]
+        + events[first_buffer:]
+        + [{"e": "window", "open": 0, "t": end, "scale": 0}]
+    )
+    prof = _replay_events(derived, tmp_path, "sampled-short")
+    assert prof.total("gpu_time") == pytest.approx(truth.total("gpu_time"), rel=1e-9)
+    assert prof.total("gpu_idle_time") == pytest.approx(truth.total("gpu_idle_time"), rel=1e-9)

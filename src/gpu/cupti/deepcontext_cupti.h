@@ -43,7 +43,8 @@ void dctx_cupti_replay_graph_node(dctx_cupti_replay *r, uint64_t thread, uint64_
                                   uint64_t original, dctx_node context);
 void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *records, size_t n,
                               uint64_t dropped);
-/* Sampled tracing: a window of records opens (open=1) or closes at ts; records weigh scale. */
+/* Sampled tracing: a window of records opens (open=1) or closes (open=0) at ts; scale: the
+ * nominal weight; open=0 with scale 0: the end of the run (the last window's weight). */
 void dctx_cupti_replay_window(dctx_cupti_replay *r, int open, uint64_t ts, double scale);
 /* Finishes (metadata, notes) and frees. */
 void dctx_cupti_replay_close(dctx_cupti_replay *r);

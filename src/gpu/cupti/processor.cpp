@@ -267,10 +267,27 @@ void Processor::set_sampling(double scale) {
   scale_ = sampling_ ? scale : 1.0;
 }
 
+namespace {
+// What a window stands for: from its opening to `until` (the next opening, or the end of the run),
+// over the time it traced.
+double span_weight(uint64_t open, uint64_t close, uint64_t until) {
+  const uint64_t traced = std::min(close, until) - std::min(open, std::min(close, until));
+  return until > open && traced > 0
+             ? static_cast<double>(until - open) / static_cast<double>(traced)
+             : 1.0;
+}
+}  // namespace
+
 void Processor::window_open(uint64_t ts) {
-  std::lock_guard lock(windows_mutex_);
-  if (windows_.size() >= kMaxWindows) windows_.erase(windows_.begin());
-  windows_.push_back({windows_opened_++, ts, UINT64_MAX});
+  std::lock_guard lock(mutex_);
+  double weight = 1.0;
+  {
+    std::lock_guard windows(windows_mutex_);
+    if (!windows_.empty()) weight = span_weight(windows_.back().open, windows_.back().close, ts);
+    if (windows_.size() >= kMaxWindows) windows_.erase(windows_.begin());
+    windows_.push_back({windows_opened_++, ts, UINT64_MAX});
+  }
+  flush_pending(weight);
 }
 
 void Processor::window_close(uint64_t ts) {
@@ -278,40 +295,76 @@ void Processor::window_close(uint64_t ts) {
   if (!windows_.empty() && windows_.back().close == UINT64_MAX) windows_.back().close = ts;
 }
 
-int64_t Processor::window_of(uint64_t start, uint64_t end) const {
-  std::lock_guard lock(windows_mutex_);
-  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
-    if (start < w->open) continue;
-    return end <= w->close ? w->index : -1;
+void Processor::end_sampling(uint64_t ts) {
+  std::lock_guard lock(mutex_);
+  sweep_idle(true);  // the last window's gaps join its pending additions
+  double weight = 1.0;
+  {
+    std::lock_guard windows(windows_mutex_);
+    if (windows_.empty()) return;
+    Window &w = windows_.back();
+    weight = span_weight(w.open, w.close, ts);
+    if (w.close == UINT64_MAX) w.close = ts;
   }
-  return -1;
+  flush_pending(weight);
 }
 
-double Processor::sample_weight(const dctx_gpu_activity &r, int64_t *window) {
+double Processor::weight_of(int64_t index) const {
+  if (windows_.empty() || index == windows_.back().index) return 0.0;
+  const int64_t first = windows_.front().index;
+  if (index < first) return scale_;  // evicted: nominal
+  const Window &w = windows_[static_cast<size_t>(index - first)];
+  return span_weight(w.open, w.close, windows_[static_cast<size_t>(index - first + 1)].open);
+}
+
+bool Processor::sampled(const dctx_gpu_activity &r, int64_t *window, double *weight) {
   *window = 0;
-  if (!sampling_) return 1.0;
-  *window = window_of(r.start, std::max(r.start, r.end));
-  if (*window >= 0) return scale_;
+  *weight = 1.0;
+  if (!sampling_) return true;
+  const uint64_t end = std::max(r.start, r.end);
+  std::lock_guard lock(windows_mutex_);
+  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
+    if (r.start < w->open) continue;
+    if (end > w->close) break;
+    *window = w->index;
+    *weight = weight_of(w->index);
+    return true;
+  }
   ++stats_.outside_windows;
-  return 0.0;
+  return false;
+}
+
+void Processor::add(dctx_node node, dctx_metric metric, double raw, double weight) {
+  if (weight == 0.0) {
+    pending_[(uint64_t(node) << 32) | metric] += raw;
+    return;
+  }
+  dctx_add(node, metric, raw * weight);
+  if (metric == m_gpu_time_) stats_.gpu_time_ns += raw * weight;
+}
+
+void Processor::flush_pending(double weight) {
+  for (const auto &[key, raw] : pending_)
+    add(static_cast<dctx_node>(key >> 32), static_cast<dctx_metric>(key & 0xffffffffu), raw,
+        weight);
+  pending_.clear();
 }
 
 void Processor::kernel(const dctx_gpu_activity &r) {
   int64_t window = 0;
-  const double weight = sample_weight(r, &window);
-  if (weight == 0) return;
+  double weight = 1.0;
+  if (!sampled(r, &window, &weight)) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, kernel_frame(r.name));
-  const double duration = weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0);
-  dctx_add(node, m_gpu_time_, duration);
-  dctx_add(node, m_launches_, weight);
+  const double duration = r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0;
+  add(node, m_gpu_time_, duration, weight);
+  add(node, m_launches_, 1.0, weight);
   ++stats_.kernels;
-  stats_.gpu_time_ns += duration;
   if (from_graph) {
     ++stats_.graph_kernels;
     dctx_node replay = 0;
-    if (correlations_.get(r.correlation, &replay)) dctx_add(replay, m_graph_time_, duration);
+    if (correlations_.get(r.correlation, &replay)) add(replay, m_graph_time_, duration, weight);
   } else if (r.graph_node == 0 && base != unattributed_node_) {
     ++stats_.launches_received;
   }
@@ -322,7 +375,7 @@ void Processor::kernel(const dctx_gpu_activity &r) {
       uint64_t(std::max(r.static_smem, 0)) + uint64_t(std::max(r.dynamic_smem, 0));
   const OccupancyLimits occ = theoretical_occupancy(dev.props, threads, r.registers, shared);
   const double occupancy = dev.props.max_threads_per_sm != 0 ? occ.occupancy : 0.0;
-  if (dev.props.max_threads_per_sm != 0) dctx_add(node, m_occupancy_, occupancy);
+  if (dev.props.max_threads_per_sm != 0) add(node, m_occupancy_, occupancy, weight);
   if (calibrate_graphs_.load(std::memory_order_relaxed) && from_graph && r.graph_id != 0)
     calibrate(r, node, duration, occupancy);
 
@@ -355,14 +408,13 @@ void Processor::kernel(const dctx_gpu_activity &r) {
 
 void Processor::memcpy(const dctx_gpu_activity &r) {
   int64_t window = 0;
-  const double weight = sample_weight(r, &window);
-  if (weight == 0) return;
+  double weight = 1.0;
+  if (!sampled(r, &window, &weight)) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMCPY, memcpy_name(r)));
-  dctx_add(node, m_memcpy_time_,
-           weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0));
-  dctx_add(node, m_memcpy_bytes_, weight * static_cast<double>(r.bytes));
+  add(node, m_memcpy_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0, weight);
+  add(node, m_memcpy_bytes_, static_cast<double>(r.bytes), weight);
   ++stats_.memcpys;
   device(r.device);
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMCPY, node, r, base != unattributed_node_);
@@ -370,14 +422,13 @@ void Processor::memcpy(const dctx_gpu_activity &r) {
 
 void Processor::memset(const dctx_gpu_activity &r) {
   int64_t window = 0;
-  const double weight = sample_weight(r, &window);
-  if (weight == 0) return;
+  double weight = 1.0;
+  if (!sampled(r, &window, &weight)) return;
   bool from_graph = false;
   const dctx_node base = base_node(r, &from_graph);
   const dctx_node node = dctx_child(base, named_frame(DCTX_FRAME_MEMSET, "memset"));
-  dctx_add(node, m_memset_time_,
-           weight * (r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0));
-  dctx_add(node, m_memset_bytes_, weight * static_cast<double>(r.bytes));
+  add(node, m_memset_time_, r.end > r.start ? static_cast<double>(r.end - r.start) : 0.0, weight);
+  add(node, m_memset_bytes_, static_cast<double>(r.bytes), weight);
   ++stats_.memsets;
   device(r.device);
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_MEMSET, node, r, base != unattributed_node_);
@@ -499,9 +550,19 @@ void Processor::sweep_device(DeviceState &dev, bool all) {
       dev.window = k.window;
     }
     if (dev.busy_until != 0 && k.start > dev.busy_until) {
-      const double gap = scale_ * static_cast<double>(k.start - dev.busy_until);
-      dctx_add(k.node, m_idle_, gap);
-      dev.idle_ns += gap;
+      const double gap = static_cast<double>(k.start - dev.busy_until);
+      if (sampling_) {
+        double weight;
+        {
+          std::lock_guard windows(windows_mutex_);
+          weight = weight_of(k.window);
+        }
+        add(k.node, m_idle_, gap, weight);
+        dev.idle_ns += gap * (weight == 0.0 ? scale_ : weight);  // the newest window: nominal
+      } else {
+        dctx_add(k.node, m_idle_, gap);
+        dev.idle_ns += gap;
+      }
     }
     dev.busy_until = std::max(dev.busy_until, k.end);
   }

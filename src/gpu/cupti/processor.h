@@ -123,15 +123,16 @@ class Processor {
   uint64_t launches_expected() const { return expected_.load(std::memory_order_relaxed); }
 
   /* Sampled tracing (tracer.cpp, --cuda-graphs sample): activity records are on only inside
-   * windows, each record stands for `scale` times its time and count (period / window length).
-   * Set before the first record. Windows open and close in CUPTI's clock; a record counts only
-   * if it starts and ends inside one window: a graph launch cut by the window's end gets its
-   * unfinished nodes' end times from the next window (seen on the H100). */
+   * windows. A record counts only if it starts and ends inside one window (a graph launch cut by
+   * a window's end gets its unfinished nodes' end times from the next window: seen on the H100),
+   * and weighs the time from its window's opening to the next one's over the window's length
+   * (nominally period / on). The newest window's additions wait until that is known: the next
+   * window's opening, or end_sampling at the end of the run. Windows open and close on CUPTI's
+   * clock. set_sampling before the first record; scale: the nominal weight. */
   void set_sampling(double scale);
   void window_open(uint64_t cupti_ts);
   void window_close(uint64_t cupti_ts);
-  /* Index of the window [open, close] that holds [start, end], or -1. */
-  int64_t window_of(uint64_t start, uint64_t end) const;
+  void end_sampling(uint64_t cupti_ts);
 
  private:
   struct Interval {
@@ -225,13 +226,21 @@ class Processor {
     uint64_t open, close;
   };
   static constexpr size_t kMaxWindows = 256; /* records arrive within seconds of their window */
-  mutable std::mutex windows_mutex_;
+  mutable std::mutex windows_mutex_;         /* after mutex_ when both are held */
   std::vector<Window> windows_;
   int64_t windows_opened_ = 0;
   double scale_ = 1.0;
   bool sampling_ = false;
-  /* sampling: scale of a record, 0 if it falls outside every window (counted); sets *window. */
-  double sample_weight(const dctx_gpu_activity &record, int64_t *window);
+  /* The newest window's additions, unweighted: (node << 32 | metric) -> sum. */
+  std::unordered_map<uint64_t, double> pending_;
+  /* sampling: false for a record outside every window (counted); else its window and weight
+   * (0: the newest window, weight not known yet). Without sampling: window 0, weight 1. */
+  bool sampled(const dctx_gpu_activity &record, int64_t *window, double *weight);
+  /* Weight of window `index` (0 for the newest); windows_mutex_ held. */
+  double weight_of(int64_t index) const;
+  /* dctx_add of raw * weight, or into pending_ when weight is 0. */
+  void add(dctx_node node, dctx_metric metric, double raw, double weight);
+  void flush_pending(double weight);
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;
   dctx_metric m_memcpy_time_, m_memcpy_bytes_, m_memset_time_, m_memset_bytes_;

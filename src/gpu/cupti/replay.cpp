@@ -67,8 +67,10 @@ void dctx_cupti_replay_window(dctx_cupti_replay *r, int open, uint64_t ts, doubl
   if (open) {
     r->processor->set_sampling(scale);
     r->processor->window_open(ts);
-  } else {
+  } else if (scale > 0) {
     r->processor->window_close(ts);
+  } else {
+    r->processor->end_sampling(ts);
   }
 }
 

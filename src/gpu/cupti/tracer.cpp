@@ -222,6 +222,7 @@ class Tracer {
   std::mutex duty_mu_;
   std::condition_variable duty_cv_;
   bool duty_stop_ = false;
+  bool sampling_ = false;
 };
 
 Tracer g_tracer;
@@ -417,6 +418,7 @@ int Tracer::start(const char *candidates, const char *record_path) {
   }
   if (!flush_hook_) flush_hook_ = dctx_register_flush_hook(&Tracer::on_flush, this);
   dctx_set_meta("cupti_library", library_path_.c_str());
+  sampling_ = sample_on > 0;
   if (sample_on > 0) {
     duty_stop_ = false;
     duty_ = std::thread([this, sample_on, sample_period] { duty_loop(sample_on, sample_period); });
@@ -474,6 +476,8 @@ void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
 }
 
 void Tracer::stop() {
+  uint64_t stopped_at = 0;  // sampling: the last window stands for the time up to here
+  if (api_.timestamp) api_.timestamp(&stopped_at);
   if (duty_.joinable()) {
     {
       std::lock_guard l(duty_mu_);
@@ -491,6 +495,10 @@ void Tracer::stop() {
   running_ = false;
   api_.unsubscribe(subscriber_);
   subscriber_ = nullptr;
+  if (sampling_) {
+    processor_->end_sampling(stopped_at);
+    if (recorder_) recorder_->window(false, stopped_at, 0);  // scale 0: the end of sampling
+  }
   processor_->finish(true);
   if (recorder_) recorder_->close();
 }

@@ -63,8 +63,8 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
-    # Sampled tracing (--cuda-graphs sample, JAX's default): per-kernel records 100 ms of every
-    # second; and every record (--cuda-graphs node, the default before 2026-12-06).
+    # Sampled tracing (--cuda-graphs sample): per-kernel records 100 ms of every second; and every
+    # record (--cuda-graphs node, the default).
     "deepcontext, sampled": {"DEEPCONTEXT_CUPTI_GRAPHS": "sample"},
     "deepcontext, every record": {"DEEPCONTEXT_CUPTI_GRAPHS": "node"},
 }

@@ -262,15 +262,16 @@ def test_cuda_graphs_option_reaches_the_tracer(tmp_path):
     assert res.returncode != 0 and "invalid choice: 'nodes'" in res.stderr
 
 
-def test_jax_programs_get_sampled_graph_tracing_unless_told_otherwise(tmp_path):
-    """The GPU tracing starts when the first GPU framework is imported: for JAX (command buffers
-    of many small kernels) in sampled mode, for torch per node; the user's choice wins."""
+def test_sampled_graph_tracing_is_opt_in(tmp_path):
+    """The GPU tracing starts when the first GPU framework is imported, per node for JAX and
+    torch alike; --cuda-graphs sample reaches the tracer (not yet the default for JAX: the
+    committed sampling has not run on the GPU machine)."""
     cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(tmp_path / "j.dctx")]
     shown = "import os, sys\nprint(os.environ.get('DEEPCONTEXT_CUPTI_GRAPHS'))\n"
     for imports, extra, want in (
-        ("jax", [], "sample"),
+        ("jax", [], "None"),
         ("torch", [], "None"),
-        ("jax", ["--cuda-graphs", "node"], "node"),
+        ("jax", ["--cuda-graphs", "sample"], "sample"),
     ):
         script = tmp_path / f"{imports}_{len(extra)}.py"
         script.write_text(f"import {imports}\n" + shown)

@@ -133,13 +133,37 @@ def attribution(path: str) -> dict:
     }
 
 
+def hlo_split(path: str) -> dict:
+    """Kernel gpu_time of the run (compile-time autotuning left out) by HLO op."""
+    from deepcontext.reader import load
+
+    out: dict[str, float] = {}
+    for n in load(path).root.walk():
+        if n.frame.kind != "kernel":
+            continue
+        frames = n.path()
+        if any(f.kind == "scope" and f.name.startswith("xla_compile(") for f in frames):
+            continue
+        hlo = [f.name for f in frames if f.kind == "hlo_op"]
+        key = hlo[-1] if hlo else "<no hlo op>"
+        out[key] = out.get(key, 0.0) + n.exclusive("gpu_time")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out-gpu"))
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument(
+        "--cuda-graphs",
+        choices=("node", "graph", "sample"),
+        help="passed to every deepcontext run; with sample, also the MLP's split of kernel time "
+        "by HLO op against a run with every record",
+    )
     args = ap.parse_args()
+    graphs = ["--cuda-graphs", args.cuda_graphs] if args.cuda_graphs else []
     os.makedirs(args.out, exist_ok=True)
     py = args.python
     results: dict = {"checks": []}
@@ -166,7 +190,7 @@ def main() -> int:
     ]
     for label, model_args, dc_args in configs:
         prof = os.path.join(args.out, f"jax-{label.split(',')[0]}{'-cb' if dc_args else ''}.dctx")
-        cmd = [py, "-m", "deepcontext", "run", "-q", *dc_args, "-o", prof, TRAIN]
+        cmd = [py, "-m", "deepcontext", "run", "-q", *graphs, *dc_args, "-o", prof, TRAIN]
         rc, out, _ = run([*cmd, *model_args, "--steps", str(args.steps)])
         if rc != 0:
             check(f"attribution {label}", False, f"run failed rc={rc}: {out[-1500:]}")
@@ -195,6 +219,7 @@ def main() -> int:
             "deepcontext",
             "run",
             "-q",
+            *graphs,
             "-o",
             os.path.join(args.out, "ovh.dctx"),
             *base,
@@ -205,6 +230,7 @@ def main() -> int:
             "deepcontext",
             "run",
             "-q",
+            *graphs,
             "--no-jax-hlo-ops",
             "-o",
             os.path.join(args.out, "ovh-nohlo.dctx"),
@@ -250,6 +276,31 @@ def main() -> int:
             f"peak RSS {rss['deepcontext']:.0f} MiB at {args.steps} steps, {peak_long:.0f} MiB "
             f"at {args.steps * 4} (jax.profiler: {rss.get('jax.profiler', 0):.0f} MiB)",
         )
+
+    # 2b. Sampled records against every record: the MLP's kernel time split by HLO op.
+    if args.cuda_graphs == "sample":
+        runs = {}
+        for mode in ("sample", "node"):
+            prof = os.path.join(args.out, f"split-{mode}.dctx")
+            rc, out, _ = run(
+                [py, "-m", "deepcontext", "run", "-q", "--cuda-graphs", mode, "-o", prof]
+                + [TRAIN, "--model", "mlp", "--steps", str(args.steps)]
+            )
+            if rc == 0:
+                runs[mode] = hlo_split(prof)
+        s, n = runs.get("sample", {}), runs.get("node", {})
+        ts, tn = sum(s.values()), sum(n.values())
+        if ts > 0 and tn > 0:
+            worst = max(abs(s.get(k, 0) / ts - n.get(k, 0) / tn) for k in set(s) | set(n))
+            results["sampled_split"] = {"sample_ms": ts / 1e6, "node_ms": tn / 1e6, "worst": worst}
+            check(
+                "sampled split by HLO op",
+                worst <= 0.02,
+                f"largest difference of an HLO op's share of kernel time {worst:.2%}; kernel "
+                f"time {ts / 1e6:.1f} ms sampled, {tn / 1e6:.1f} ms with every record",
+            )
+        else:
+            check("sampled split by HLO op", False, f"no kernel time: runs {sorted(runs)}")
 
     # 3. Coexistence with jax.profiler.
     prog = os.path.join(args.out, "coexist.py")

@@ -2,7 +2,9 @@
 // Processor on the launching thread, activity buffers decoded and processed on CUPTI's thread.
 #include <cupti.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -217,8 +219,13 @@ class Tracer {
   int flush_hook_ = 0;
   std::mutex lifecycle_;
   // --cuda-graphs sample: a thread that turns the activity records on for on_ms of every
-  // period_ms (duty_loop).
-  std::thread duty_;
+  // period_ms (duty_loop). A plain pthread, joined only by the process that started it: a forked
+  // child has the handle but not the thread, and a std::thread left joinable would terminate the
+  // program at exit.
+  pthread_t duty_{};
+  bool duty_running_ = false;
+  pid_t duty_pid_ = 0;
+  uint32_t duty_on_ms_ = 0, duty_period_ms_ = 0;
   std::mutex duty_mu_;
   std::condition_variable duty_cv_;
   bool duty_stop_ = false;
@@ -390,8 +397,8 @@ int Tracer::start(const char *candidates, const char *record_path) {
   uint32_t sample_on = 0, sample_period = 0;
   if (graphs == "sample") {
     // Per-kernel records in windows of on_ms every period_ms (DEEPCONTEXT_CUPTI_SAMPLE, default
-    // 100:1000), each record weighted by period / on: the per-node instrumentation of graph
-    // launches is paid a tenth of the time (docs/gpu.md).
+    // 100:1000), each record weighted by what its window stands for (nominally period / on): the
+    // per-node instrumentation of graph launches is paid a tenth of the time (docs/gpu.md).
     const char *env = std::getenv("DEEPCONTEXT_CUPTI_SAMPLE");
     if (!env || std::sscanf(env, "%u:%u", &sample_on, &sample_period) != 2 || sample_on == 0 ||
         sample_period <= sample_on) {
@@ -421,7 +428,19 @@ int Tracer::start(const char *candidates, const char *record_path) {
   sampling_ = sample_on > 0;
   if (sample_on > 0) {
     duty_stop_ = false;
-    duty_ = std::thread([this, sample_on, sample_period] { duty_loop(sample_on, sample_period); });
+    duty_on_ms_ = sample_on;
+    duty_period_ms_ = sample_period;
+    duty_pid_ = getpid();
+    auto body = [](void *self) -> void * {
+      auto *t = static_cast<Tracer *>(self);
+      t->duty_loop(t->duty_on_ms_, t->duty_period_ms_);
+      return nullptr;
+    };
+    duty_running_ = pthread_create(&duty_, nullptr, body, this) == 0;
+    if (!duty_running_) {
+      dctx_note("GPU sampling thread could not start: every record is traced, at weight 1");
+      processor_->set_sampling(1.0);
+    }
   }
   message_ = "GPU tracing on (" + library_path_ + ")";
   running_ = true;
@@ -478,13 +497,16 @@ void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
 void Tracer::stop() {
   uint64_t stopped_at = 0;  // sampling: the last window stands for the time up to here
   if (api_.timestamp) api_.timestamp(&stopped_at);
-  if (duty_.joinable()) {
-    {
-      std::lock_guard l(duty_mu_);
-      duty_stop_ = true;
+  if (duty_running_) {
+    duty_running_ = false;
+    if (getpid() == duty_pid_) {
+      {
+        std::lock_guard l(duty_mu_);
+        duty_stop_ = true;
+      }
+      duty_cv_.notify_all();
+      pthread_join(duty_, nullptr);
     }
-    duty_cv_.notify_all();
-    duty_.join();
   }
   std::lock_guard lock(lifecycle_);
   if (!running_) return;

@@ -685,9 +685,10 @@ void Processor::finish(bool final) {
   }
   if (sampling_) {
     std::snprintf(buf, sizeof buf,
-                  "GPU activity was traced in %lld sampling windows, each record standing for "
-                  "%.1fx its time and count (--cuda-graphs sample); %llu records that a window's "
-                  "edge cut were left out",
+                  "GPU activity was traced in %lld sampling windows (--cuda-graphs sample), each "
+                  "record standing for the time its window stands for, nominally %.1fx its time "
+                  "and count: GPU totals are estimates; %llu records that a window's edge cut "
+                  "were left out",
                   (long long)windows_opened_, scale_, (unsigned long long)s.outside_windows);
     dctx_note(buf);
   } else if (s.launches_expected > s.launches_received) {

@@ -509,6 +509,13 @@ def test_sampled_records_count_inside_their_window_and_weigh_its_period(replayed
     assert prof.total("gpu_idle_time") == pytest.approx(idle, rel=1e-6, abs=1)
     assert any("sampling windows" in note for note in prof.notes)
     assert not any("produced no activity record" in note for note in prof.notes)
+    # The analyzer says its GPU numbers are estimates.
+    from deepcontext.analyzer import analyze
+    from deepcontext.analyzer.report import render_text
+
+    analysis = analyze(prof.path)
+    assert analysis.to_dict()["meta"]["gpu_sampling_windows"] == "2"
+    assert "GPU activity was sampled (2 windows" in render_text(analysis)
 
 
 def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path):

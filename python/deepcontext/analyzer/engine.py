@@ -178,6 +178,7 @@ class Analysis:
             "end_time",
             "torch_version",
             "jax_version",
+            "gpu_sampling_windows",
         )
         return {
             "format": FORMAT,

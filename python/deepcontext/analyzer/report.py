@@ -40,6 +40,11 @@ def render_text(a: Analysis, width: int = 100) -> str:
         f"{n} finding{'s' if n != 1 else ''} in {a.path}"
         + (" (ranked by estimated saving)" if n > 1 else "")
     )
+    if a.meta.get("gpu_sampling_windows"):
+        lines.append(
+            f"GPU activity was sampled ({a.meta['gpu_sampling_windows']} windows, "
+            "--cuda-graphs sample): GPU times and savings are estimates"
+        )
     wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
     for i, f in enumerate(a.findings, 1):
         unit = units.get(f.metric, "ns")

@@ -652,6 +652,11 @@ void Processor::finish(bool final) {
                 (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
                 (unsigned long long)s.outside_windows, s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
+  if (sampling_) {
+    // The analyzer says that GPU times and savings are estimates (analyzer/report.py).
+    std::snprintf(buf, sizeof buf, "%lld", (long long)windows_opened_);
+    dctx_set_meta("gpu_sampling_windows", buf);
+  }
   if (!final) return;
   if (s.dropped > 0) {
     std::snprintf(buf, sizeof buf,

@@ -63,10 +63,8 @@ ENV_CONFIGS = {
     # The user-facing graph-level mode (docs/gpu.md): graph launches timed whole, kernels
     # outside graphs as usual.
     "deepcontext, graphs timed whole": {"DEEPCONTEXT_CUPTI_GRAPHS": "graph"},
-    # Sampled tracing (--cuda-graphs sample): per-kernel records 100 ms of every second; and every
-    # record (--cuda-graphs node, the default).
+    # Sampled tracing (--cuda-graphs sample): per-kernel records 100 ms of every second.
     "deepcontext, sampled": {"DEEPCONTEXT_CUPTI_GRAPHS": "sample"},
-    "deepcontext, every record": {"DEEPCONTEXT_CUPTI_GRAPHS": "node"},
 }
 # Short names for --configs (shell-friendly: no spaces).
 ALIASES = {
@@ -81,7 +79,6 @@ ALIASES = {
     "graphtrace": "deepcontext, graph-level records",
     "graphs": "deepcontext, graphs timed whole",
     "sample": "deepcontext, sampled",
-    "node": "deepcontext, every record",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

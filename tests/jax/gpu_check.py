@@ -74,6 +74,11 @@ finally:
 """
 
 
+def compiling(frames) -> bool:
+    """Under an XLA compilation (its autotuning kernels), not the program's execution."""
+    return any(f.kind == "scope" and f.name.startswith("xla_compile(") for f in frames)
+
+
 def attribution(path: str) -> dict:
     from deepcontext.reader import load
 
@@ -88,7 +93,7 @@ def attribution(path: str) -> dict:
         if not t:
             continue
         path_frames = n.path()
-        if any(f.kind == "scope" and f.name.startswith("xla_compile(") for f in path_frames):
+        if compiling(path_frames):
             compile_time += t  # autotuning while compiling: not the program's execution
             continue
         kernels += 1
@@ -142,7 +147,7 @@ def hlo_split(path: str) -> dict:
         if n.frame.kind != "kernel":
             continue
         frames = n.path()
-        if any(f.kind == "scope" and f.name.startswith("xla_compile(") for f in frames):
+        if compiling(frames):
             continue
         hlo = [f.name for f in frames if f.kind == "hlo_op"]
         key = hlo[-1] if hlo else "<no hlo op>"

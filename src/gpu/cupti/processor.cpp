@@ -551,18 +551,13 @@ void Processor::sweep_device(DeviceState &dev, bool all) {
     }
     if (dev.busy_until != 0 && k.start > dev.busy_until) {
       const double gap = static_cast<double>(k.start - dev.busy_until);
+      double weight = 1.0;
       if (sampling_) {
-        double weight;
-        {
-          std::lock_guard windows(windows_mutex_);
-          weight = weight_of(k.window);
-        }
-        add(k.node, m_idle_, gap, weight);
-        dev.idle_ns += gap * (weight == 0.0 ? scale_ : weight);  // the newest window: nominal
-      } else {
-        dctx_add(k.node, m_idle_, gap);
-        dev.idle_ns += gap;
+        std::lock_guard windows(windows_mutex_);
+        weight = weight_of(k.window);
       }
+      add(k.node, m_idle_, gap, weight);
+      dev.idle_ns += gap * (weight == 0.0 ? scale_ : weight);  // the newest window: nominal
     }
     dev.busy_until = std::max(dev.busy_until, k.end);
   }

@@ -206,7 +206,9 @@ def main() -> int:
         want = 0.95
         check(
             f"attribution {label}",
-            a["share_hlo_op_with_source"] >= want and a["kernels"] > 0,
+            # Kernels of the training steps, not only of compilation: a sampled run whose windows
+            # traced nothing (2026-12-06, MLP: 1 record in 7 windows) must not pass on 0 ms.
+            a["share_hlo_op_with_source"] >= want and a["gpu_time_ms"] > 0,
             f"{a['kernels']} kernels, {a['gpu_time_ms']:.1f} ms gpu_time "
             f"(+{a['compile_gpu_time_ms']:.1f} ms while compiling); "
             f"{a['share_hlo_op_with_source']:.1%} under an HLO op with a source line, "
@@ -298,9 +300,12 @@ def main() -> int:
         if ts > 0 and tn > 0:
             worst = max(abs(s.get(k, 0) / ts - n.get(k, 0) / tn) for k in set(s) | set(n))
             results["sampled_split"] = {"sample_ms": ts / 1e6, "node_ms": tn / 1e6, "worst": worst}
+            # The split, and the weighted total against the real one: windows that trace only
+            # some of the graphs keep the split and lose the total (H100, 2026-12-06: 249 ms
+            # sampled, 709 ms with every record).
             check(
                 "sampled split by HLO op",
-                worst <= 0.02,
+                worst <= 0.02 and 0.8 <= ts / tn <= 1.25,
                 f"largest difference of an HLO op's share of kernel time {worst:.2%}; kernel "
                 f"time {ts / 1e6:.1f} ms sampled, {tn / 1e6:.1f} ms with every record",
             )

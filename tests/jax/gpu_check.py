@@ -84,7 +84,7 @@ def attribution(path: str) -> dict:
 
     p = load(path)
     total = sourced = model = gemm = gemm_dot = compile_time = 0.0
-    kernels = 0
+    kernels = launches = 0
     top_unsourced: dict[str, float] = {}
     for n in p.root.walk():
         if n.frame.kind != "kernel":
@@ -97,6 +97,7 @@ def attribution(path: str) -> dict:
             compile_time += t  # autotuning while compiling: not the program's execution
             continue
         kernels += 1
+        launches += n.exclusive("launches")
         total += t
         hlo = [f for f in path_frames if f.kind == "hlo_op"]
         ops = [f.name for f in path_frames if f.kind == "jax_op"]
@@ -116,6 +117,7 @@ def attribution(path: str) -> dict:
     worst = sorted(top_unsourced.items(), key=lambda kv: -kv[1])[:5]
     return {
         "kernels": kernels,
+        "launches": launches,
         "gpu_time_ms": total / 1e6,
         "compile_gpu_time_ms": compile_time / 1e6,
         "share_hlo_op_with_source": sourced / total if total else 0.0,
@@ -206,10 +208,10 @@ def main() -> int:
         want = 0.95
         check(
             f"attribution {label}",
-            # Kernels of the training steps, not only of compilation: a sampled run whose windows
-            # traced nothing (2026-12-06, MLP: 1 record in 7 windows) must not pass on 0 ms.
-            a["share_hlo_op_with_source"] >= want and a["gpu_time_ms"] > 0,
-            f"{a['kernels']} kernels, {a['gpu_time_ms']:.1f} ms gpu_time "
+            # Every training step launches kernels: a sampled run whose windows missed the steps
+            # (2026-12-06, MLP: 1 kernel record in 7 windows) must not pass on what it traced.
+            a["share_hlo_op_with_source"] >= want and a["launches"] >= args.steps,
+            f"{a['kernels']} kernels, {a['launches']:.0f} launches, {a['gpu_time_ms']:.1f} ms gpu_time "
             f"(+{a['compile_gpu_time_ms']:.1f} ms while compiling); "
             f"{a['share_hlo_op_with_source']:.1%} under an HLO op with a source line, "
             f"{a['share_model_source_line']:.1%} under a model-file line; "

@@ -86,6 +86,7 @@ def attribution(path: str) -> dict:
     total = sourced = model = gemm = gemm_dot = compile_time = 0.0
     kernels = launches = 0
     top_unsourced: dict[str, float] = {}
+    by_hlo_op: dict[str, float] = {}
     for n in p.root.walk():
         if n.frame.kind != "kernel":
             continue
@@ -101,6 +102,8 @@ def attribution(path: str) -> dict:
         total += t
         hlo = [f for f in path_frames if f.kind == "hlo_op"]
         ops = [f.name for f in path_frames if f.kind == "jax_op"]
+        key = hlo[-1].name if hlo else "<no hlo op>"
+        by_hlo_op[key] = by_hlo_op.get(key, 0.0) + t
         if hlo and hlo[-1].line > 0:
             sourced += t
             if os.path.basename(hlo[-1].file) in ("model.py", "train.py"):
@@ -125,6 +128,7 @@ def attribution(path: str) -> dict:
         "gemm_time_ms": gemm / 1e6,
         "share_gemm_under_dot": gemm_dot / gemm if gemm else None,
         "unsourced_top": [(k, v / 1e6) for k, v in worst],
+        "by_hlo_op": by_hlo_op,  # kernel gpu_time of the run (ns) by HLO op
         "meta": {
             k: p.meta.get(k)
             for k in (
@@ -138,23 +142,6 @@ def attribution(path: str) -> dict:
             )
         },
     }
-
-
-def hlo_split(path: str) -> dict:
-    """Kernel gpu_time of the run (compile-time autotuning left out) by HLO op."""
-    from deepcontext.reader import load
-
-    out: dict[str, float] = {}
-    for n in load(path).root.walk():
-        if n.frame.kind != "kernel":
-            continue
-        frames = n.path()
-        if compiling(frames):
-            continue
-        hlo = [f.name for f in frames if f.kind == "hlo_op"]
-        key = hlo[-1] if hlo else "<no hlo op>"
-        out[key] = out.get(key, 0.0) + n.exclusive("gpu_time")
-    return out
 
 
 def main() -> int:
@@ -211,7 +198,8 @@ def main() -> int:
             # Every training step launches kernels: a sampled run whose windows missed the steps
             # (2026-12-06, MLP: 1 kernel record in 7 windows) must not pass on what it traced.
             a["share_hlo_op_with_source"] >= want and a["launches"] >= args.steps,
-            f"{a['kernels']} kernels, {a['launches']:.0f} launches, {a['gpu_time_ms']:.1f} ms gpu_time "
+            f"{a['kernels']} kernels, {a['launches']:.0f} launches, "
+            f"{a['gpu_time_ms']:.1f} ms gpu_time "
             f"(+{a['compile_gpu_time_ms']:.1f} ms while compiling); "
             f"{a['share_hlo_op_with_source']:.1%} under an HLO op with a source line, "
             f"{a['share_model_source_line']:.1%} under a model-file line; "
@@ -296,7 +284,7 @@ def main() -> int:
                 + [TRAIN, "--model", "mlp", "--steps", str(args.steps)]
             )
             if rc == 0:
-                runs[mode] = hlo_split(prof)
+                runs[mode] = attribution(prof)["by_hlo_op"]
         s, n = runs.get("sample", {}), runs.get("node", {})
         ts, tn = sum(s.values()), sum(n.values())
         if ts > 0 and tn > 0:

@@ -452,7 +452,8 @@ def test_whole_graph_records_before_any_kernel_was_measured_stay_at_the_launch(r
 def _windowed(events, scale):
     """The recorded traffic with two sampling windows (--cuda-graphs sample): the first from
     before any record to a moment inside a kernel (that kernel is cut by the edge), the second
-    from 60 % to 80 % of the records' span; the run ends after the last record. Returns (events,
+    from 60 % to 80 % of the records' span; the run ends after the last record. The marks come
+    after every launch call, so no window saw a launch and weights go by time. Returns (events,
     windows as (open, close, weight), the cut kernel)."""
     kernels = sorted(records(events, 1), key=lambda r: r["start"])
     t0 = kernels[0]["start"] - 1
@@ -516,6 +517,59 @@ def test_sampled_records_count_inside_their_window_and_weigh_its_period(replayed
     analysis = analyze(prof.path)
     assert analysis.to_dict()["meta"]["gpu_sampling_windows"] == "2"
     assert "GPU activity was sampled (2 windows" in render_text(analysis)
+
+
+def test_windows_that_saw_launches_weigh_the_launches_they_stand_for(replayed, tmp_path):
+    """Tracing slows the launches made inside a window, so a window stands for the launches from
+    its opening to the next one's over those it saw: the weighted launch count is the launches
+    made, whatever the windows' lengths in time."""
+    events, truth = replayed("eager")
+    # The outermost launch calls (a runtime launch nests its driver call) in order, with the
+    # correlation ids of their nest (a kernel record carries one of them).
+    depth, outer, launches = {}, {}, []
+    for i, ev in enumerate(events):
+        if ev["e"] == "api":
+            tid = ev["tid"]
+            if depth.get(tid, 0) == 0:
+                outer[tid] = len(launches) if "Launch" in ev["api"] else None
+                if outer[tid] is not None:
+                    launches.append((i, set()))
+            if outer[tid] is not None:
+                launches[outer[tid]][1].add(ev["corr"])
+            depth[tid] = depth.get(tid, 0) + 1
+        elif ev["e"] == "exit":
+            depth[ev["tid"]] -= 1
+    n = len(launches)
+    assert n == json.loads(truth.meta["gpu_stats"])["launches_expected"] > 8
+    by_corr = {r["correlation"]: r for r in records(events, 1)}
+    kernel = [next(by_corr[c] for c in corrs if c in by_corr) for _, corrs in launches]
+    a, b, c = n // 4, n // 2, 3 * n // 4
+    # Window 1 traces launches [0, a), window 2 [b, c); the kernels run on one stream, in order.
+    marks = {
+        launches[0][0]: {"open": 1, "t": kernel[0]["start"]},
+        launches[a][0]: {"open": 0, "t": kernel[a - 1]["end"]},
+        launches[b][0]: {"open": 1, "t": kernel[b]["start"]},
+        launches[c][0]: {"open": 0, "t": kernel[c - 1]["end"]},
+    }
+    derived = []
+    for i, ev in enumerate(events):
+        if i in marks:
+            derived.append({"e": "window", "scale": 10, **marks[i]})
+        derived.append(ev)
+    end = max(r["end"] for r in records(events)) + 1
+    derived.append({"e": "window", "open": 0, "t": end, "scale": 0})
+    prof = _replay_events(derived, tmp_path, "sampled-launches")
+
+    w1, w2 = b / a, (n - b) / (c - b)
+    want = w1 * sum(k["end"] - k["start"] for k in kernel[:a])
+    want += w2 * sum(k["end"] - k["start"] for k in kernel[b:c])
+    assert prof.total("gpu_time") == pytest.approx(want, rel=1e-9)
+    assert sum(nd.exclusive("launches") for nd in kernel_nodes(prof)) == pytest.approx(n)
+    # Not the wall-time weights: the fixture's launches are not evenly spread in time.
+    by_time = (kernel[b]["start"] - kernel[0]["start"]) / (
+        kernel[a - 1]["end"] - kernel[0]["start"]
+    )
+    assert abs(by_time - w1) > 0.05 * w1
 
 
 def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path):

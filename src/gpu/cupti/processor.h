@@ -125,10 +125,11 @@ class Processor {
   /* Sampled tracing (tracer.cpp, --cuda-graphs sample): activity records are on only inside
    * windows. A record counts only if it starts and ends inside one window (a graph launch cut by
    * a window's end gets its unfinished nodes' end times from the next window: seen on the H100),
-   * and weighs the time from its window's opening to the next one's over the window's length
-   * (nominally period / on). The newest window's additions wait until that is known: the next
-   * window's opening, or end_sampling at the end of the run. Windows open and close on CUPTI's
-   * clock. set_sampling before the first record; scale: the nominal weight. */
+   * and weighs the kernel launches from its window's opening to the next one's over those made
+   * inside the window (by wall time, nominally period / on, when the window saw none). The newest
+   * window's additions wait until that is known: the next window's opening, or end_sampling at the
+   * end of the run. Windows open and close on CUPTI's clock. set_sampling before the first record;
+   * scale: the nominal weight. */
   void set_sampling(double scale);
   void window_open(uint64_t cupti_ts);
   void window_close(uint64_t cupti_ts);
@@ -220,10 +221,12 @@ class Processor {
   std::atomic<bool> calibrate_graphs_{false};
   dctx_node unattributed_node_ = 0;
 
-  /* Sampling windows: (index, open, close), the newest last, close UINT64_MAX while open. */
+  /* Sampling windows, the newest last: times on CUPTI's clock and the launch count (expected_)
+   * at opening and closing; close and launches_close UINT64_MAX while open. */
   struct Window {
     int64_t index;
     uint64_t open, close;
+    uint64_t launches_open, launches_close;
   };
   static constexpr size_t kMaxWindows = 256; /* records arrive within seconds of their window */
   mutable std::mutex windows_mutex_;         /* after mutex_ when both are held */
@@ -236,6 +239,10 @@ class Processor {
   /* sampling: false for a record outside every window (counted); else its window and weight
    * (0: the newest window, weight not known yet). Without sampling: window 0, weight 1. */
   bool sampled(const dctx_gpu_activity &record, int64_t *window, double *weight);
+  /* What window w stands for until the next opening (or the end of the run) at time `until`
+   * with `launches_until` launches counted: launches then over launches inside it, or by wall
+   * time when it saw no launch. */
+  double window_weight(const Window &w, uint64_t until, uint64_t launches_until) const;
   /* Weight of window `index` (0 for the newest); windows_mutex_ held. */
   double weight_of(int64_t index) const;
   /* dctx_add of raw * weight, or into pending_ when weight is 0. */

@@ -704,9 +704,9 @@ void Processor::finish(bool final) {
   if (sampling_) {
     std::snprintf(buf, sizeof buf,
                   "GPU activity was traced in %lld sampling windows (--cuda-graphs sample), each "
-                  "record standing for the time its window stands for, nominally %.1fx its time "
-                  "and count: GPU totals are estimates; %llu records that a window's edge cut "
-                  "were left out",
+                  "record standing for the kernel launches its window stands for (by time where "
+                  "a window saw none; nominally %.1fx its time and count): GPU totals are "
+                  "estimates; %llu records that a window's edge cut were left out",
                   (long long)windows_opened_, scale_, (unsigned long long)s.outside_windows);
     dctx_note(buf);
   } else if (s.launches_expected > s.launches_received) {

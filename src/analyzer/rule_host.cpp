@@ -35,9 +35,54 @@ int64_t sync_calls(const Query &q, int n) {
       {q.count(n, "sync_time"), q.count(n, "sync_count"), q.count(n, "wall_time"), int64_t{1}});
 }
 
+// JAX: a jax.Array's value reaches the host through ArrayImpl._value (float(), bool(), int(),
+// .item(), .tolist(), np.asarray(), printing) or block_until_ready / jax.device_get; each waits
+// for the computation that produces the array.
+const FrameRegex &jax_file() {
+  static const FrameRegex re(R"(jax/_src/(array|api)\.py$)", false, FrameRegex::Field::kFile);
+  return re;
+}
+
+bool is_jax_sync(const Query &q, int n) {
+  static const FrameRegex names(
+      R"(^(ArrayImpl\._value|ArrayImpl\.block_until_ready|block_until_ready|device_get)$)", false);
+  return names.search(q.profile(), n) && jax_file().search(q.profile(), n);
+}
+
+// What the program called to get there: the nearest jax.Array method above the node.
+std::string jax_sync_label(const Query &q, int n) {
+  static const std::vector<std::pair<std::string, std::string>> kCalls = {
+      {"__float__", "float(x)"},
+      {"__int__", "int(x)"},
+      {"__bool__", "bool(x)"},
+      {"__index__", "index(x)"},
+      {"item", "x.item()"},
+      {"tolist", "x.tolist()"},
+      {"__array__", "np.asarray(x)"},
+      {"__format__", "print(x)"},
+      {"__repr__", "print(x)"},
+      {"__str__", "print(x)"},
+      {"block_until_ready", "block_until_ready()"},
+      {"device_get", "jax.device_get()"}};
+  std::vector<int> path = q.ancestors(n);
+  path.insert(path.begin(), n);
+  std::string label = "jax.Array to host";
+  static const FrameRegex jax_internal(R"(jax/_src/)", false, FrameRegex::Field::kFile);
+  for (int a : path) {
+    if (q.kind[a] != kPython || !jax_internal.search(q.profile(), a)) break;
+    const std::string &name = q.name(a);
+    const std::string method = name.substr(name.rfind('.') + 1);
+    for (const auto &[m, text] : kCalls) {
+      if (method == m) label = text + " of a jax.Array";
+    }
+  }
+  return label;
+}
+
 std::string sync_label(const Query &q, int n) {
   int k = q.kind[n];
   if (k == kSync) return q.name(n);
+  if (k == kPython && is_jax_sync(q, n)) return jax_sync_label(q, n);
   if (k == kPython) return print_file().search(q.profile(), n) ? "print(tensor)" : "synchronize()";
   const std::string &name = q.name(n);
   if (name == "aten::_local_scalar_dense" || name == "aten::item" || name == "aten::is_nonzero") {
@@ -76,7 +121,8 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
       if (q.backward[n] < 0 && sync_ops.search(p, n)) ops.push_back(n);
     } else if (k == kPython) {
       bool prints = print_file().search(p, n) && is_print_func(q.name(n));
-      if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n))) wrappers.push_back(n);
+      if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n)) || is_jax_sync(q, n))
+        wrappers.push_back(n);
     }
   }
   // moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
@@ -86,10 +132,11 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
   std::vector<int> all = ops;
   all.insert(all.end(), wrappers.begin(), wrappers.end());
   for (const Site &site : by_line(q, outermost(q, all))) {
-    int64_t calls = 0;
+    int64_t calls = 0, samples = 0;  // samples: where no operator or sync frame counts the calls
     double wait = 0, cost = 0;
     Value kinds = Value::dict();
-    std::vector<std::pair<std::string, int64_t>> kind_counts;
+    std::vector<std::pair<std::string, int64_t>> kind_counts;  // calls, or samples if `sampled`
+    std::unordered_set<std::string> sampled;
     for (int n : site.nodes) {
       // .item() -> _local_scalar_dense -> cudaStreamSynchronize is one synchronization: count each
       // outermost one by the largest call count along its chain.
@@ -109,8 +156,17 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
         }
         c += best;
       }
-      if (c == 0) c = sync_calls(q, n);
       std::string label = sync_label(q, n);
+      if (c == 0 && q.kind[n] == kPython && is_jax_sync(q, n) && !cost_metric.empty()) {
+        // A jax.Array read waits in native code below ArrayImpl._value: no call count, only
+        // the samples that caught it (on CPU; on a GPU the sync frames under it count calls).
+        for (int d : q.subtree(n)) c += q.count(d, cost_metric);
+        samples += c;
+        sampled.insert(label);
+      } else {
+        if (c == 0) c = sync_calls(q, n);
+        calls += c;
+      }
       auto it = std::find_if(kind_counts.begin(), kind_counts.end(),
                              [&](const auto &kv) { return kv.first == label; });
       if (it == kind_counts.end()) {
@@ -118,12 +174,11 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
       } else {
         it->second += c;
       }
-      calls += c;
       if (waits) wait += q.inc(n, "sync_time");
       if (!cost_metric.empty()) cost += q.inc(n, cost_metric);
     }
-    if (calls < kMinSyncCalls) continue;
-    if (gpu && waits && wait <= 0) {
+    if (calls < kMinSyncCalls && samples < kMinSyncCalls) continue;
+    if (gpu && waits && wait <= 0 && samples == 0) {
       bool any_sync = false;
       for (int n : site.nodes) {
         for (int d : q.subtree(n)) any_sync = any_sync || q.kind[d] == kSync;
@@ -137,11 +192,12 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
                      [](const auto &a, const auto &b) { return a.second > b.second; });
     std::string what;
     for (const auto &[k, v] : sorted) {
-      what += (what.empty() ? "" : ", ") + k + " x" + std::to_string(v);
+      what += (what.empty() ? "" : ", ") + k + (sampled.count(k) ? "" : " x" + std::to_string(v));
     }
     Finding f;
     double time = 0;
-    if (gpu && waits) {
+    // jax.Array reads with no sync frame under them: their host time is the wait
+    if (gpu && waits && (wait > 0 || samples == 0)) {
       time = wait;
       f.estimate =
           "upper bound: the time the host waited at these synchronizations (sync_time); without "
@@ -153,17 +209,31 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
                    "); on a GPU each call also drains the device queue, which a profile without "
                    "GPU sync times cannot measure";
     }
-    f.summary = std::to_string(calls) + " host-device synchronizations at " +
-                q.source_label(site.nodes[0]) + " (" + what + "), " + fmt_ns(time) + " in all";
-    f.suggestion =
-        "Keep values on the device inside the loop: accumulate `running += loss.detach()` and "
-        "call `.item()` / `print` once per N steps or at the end; replace `if t.any():` / "
-        "`bool(t)` with `torch.where`; avoid data-dependent shapes (nonzero, masked_select) in "
-        "the step; drop explicit `torch.cuda.synchronize()` outside timing code.";
+    f.summary = calls > 0 ? std::to_string(calls) + " host-device synchronizations at "
+                          : std::string("Host-device synchronizations at ");
+    f.summary += q.source_label(site.nodes[0]) + " (" + what + "), " + fmt_ns(time) + " in all";
+    if (calls == 0) f.summary += ", seen in " + std::to_string(samples) + " samples";
+    const bool jax = std::any_of(site.nodes.begin(), site.nodes.end(),
+                                 [&](int n) { return q.kind[n] == kPython && is_jax_sync(q, n); });
+    if (jax) {
+      f.suggestion =
+          "Keep values on the device inside the loop: accumulate in a jax.Array (`total = total "
+          "+ loss`) and read it (`float()`, `print`, `.item()`, `np.asarray`) once per N steps or "
+          "at the end; replace `if loss < best:` with `jnp.minimum` / `jnp.where`; call "
+          "`block_until_ready()` only in timing code. Each read waits for the step that makes "
+          "the value, so the host cannot dispatch the next step meanwhile.";
+    } else {
+      f.suggestion =
+          "Keep values on the device inside the loop: accumulate `running += loss.detach()` and "
+          "call `.item()` / `print` once per N steps or at the end; replace `if t.any():` / "
+          "`bool(t)` with `torch.where`; avoid data-dependent shapes (nonzero, masked_select) in "
+          "the step; drop explicit `torch.cuda.synchronize()` outside timing code.";
+    }
     f.metric = metric;
     f.time = time;
     f.saving = time;
-    f.evidence.set("calls", calls)
+    f.evidence.set("calls", calls > 0 ? Value(calls) : Value())
+        .set("samples", samples > 0 ? Value(samples) : Value())
         .set("by_kind", std::move(kinds))
         .set("wait_time", waits ? Value(wait) : Value())
         .set("host_time", cost)

@@ -15,6 +15,7 @@ CASES = [
     ("index_backward", "index-backward", "rows = self.table[idx]"),
     ("backward_imbalance", "backward-imbalance", "return torch.cumprod(1 - alpha, dim=-1)"),
     ("loader_stall", "data-loader-stall", "for x, y in loader:"),
+    ("jax_sync_in_loop", "host-sync", 'print(f"step {step} loss {float(loss):.4f}", file=log)'),
 ]
 
 
@@ -67,6 +68,16 @@ def test_host_sync_counts_calls(profiles):
     cond = by_line[_line_of("sync_in_loop", "if loss < best:")]
     # one bool(tensor) per step: the program runs 200 steps
     assert cond.evidence["calls"] == 200
+
+
+def test_host_sync_of_jax_arrays_is_timed_by_samples(profiles):
+    """A jax.Array read waits in native code under ArrayImpl._value, where no call is counted:
+    the finding gives the samples that caught the wait and names what the line called."""
+    f = analyze(profiles("jax_sync_in_loop"), rules=["host-sync"]).findings[0]
+    assert f.evidence["calls"] is None and f.evidence["samples"] >= 10
+    assert list(f.evidence["by_kind"]) == ["float(x) of a jax.Array"]
+    assert f.evidence["host_metric"] == "wall_time" and f.evidence["host_time"] > 0
+    assert "jnp.minimum" in f.suggestion
 
 
 def test_index_backward_evidence(profiles):

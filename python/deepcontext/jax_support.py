@@ -38,6 +38,7 @@ import os
 import re
 import struct
 import sys
+import time
 
 from . import _core
 from .import_hook import AfterImport
@@ -125,7 +126,20 @@ class _Api:
         lib.dctx_set_prop.restype = None
         lib.dctx_worker_context.argtypes = []
         lib.dctx_worker_context.restype = ctypes.c_uint32
+        lib.dctx_metric_id.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+        lib.dctx_metric_id.restype = ctypes.c_uint32
+        lib.dctx_add.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_double]
+        lib.dctx_add.restype = None
         self.lib = lib
+        # Per compilation, exact (not sampled): what the jax-recompile rule counts.
+        self.m_compiles = lib.dctx_metric_id(
+            b"xla_compiles",
+            b"count",
+            b"XLA compilations (or persistent-cache loads) of jitted code",
+        )
+        self.m_compile_time = lib.dctx_metric_id(
+            b"xla_compile_time", b"ns", b"wall time of XLA compilations, measured per compilation"
+        )
 
     def frame(self, kind: int, name: str, file: str = "", line: int = 0, module: str = "") -> int:
         f = _Frame(kind, name.encode(), file.encode(), int(line), module.encode())
@@ -338,17 +352,37 @@ def _say(message: str, key: str | None = None) -> None:
         pass
 
 
+_ENTRY = re.compile(r"^ENTRY\s+\S+\s+\((.*)\)\s*->", re.MULTILINE)
+_PARAM_TYPE = re.compile(r":\s*([a-z]\w*\[[^\]]*\])")
+_MAX_SIGNATURES = 8
+_signatures: dict = {}  # xla_compile node -> distinct entry signatures, first _MAX_SIGNATURES
+
+
+def entry_signature(text: str) -> str:
+    """The entry computation's parameter types of an HLO module's text, e.g. 'f32[32,40], s32[32]'
+    (layouts dropped): what differs between two compilations of one jitted function."""
+    m = _ENTRY.search(text)
+    return ", ".join(_PARAM_TYPE.findall(m.group(1))) if m else ""
+
+
 def _record_compile(executable, node: int) -> None:
     api = _api
     for mod in executable.hlo_modules():
         name = mod.name
         pid = _program_id(mod)
+        text = ""
         try:
-            ops = parse_hlo(mod.to_string())
+            text = mod.to_string()
+            ops = parse_hlo(text)
         except Exception as exc:  # an unexpected text format must not break the program
             _stats["parse_errors"] += 1
             _say(f"jax: could not read the HLO of {name}: {exc}", key="parse")
             ops = {}
+        signature = entry_signature(text)
+        seen = _signatures.setdefault(node, [])
+        if node and signature and signature not in seen and len(seen) < _MAX_SIGNATURES:
+            seen.append(signature)
+            api.set_prop(node, "input_types", " | ".join(seen))
         info = ModuleInfo(name, pid, ops)
         _modules[(name, pid)] = info
         _stats["hlo_ops"] += len(ops)
@@ -378,11 +412,14 @@ def _compile_wrapper(original):
         node = core.scope_enter(f"xla_compile({name})")
         previous = api.lib.dctx_worker_context()
         core.set_worker_context(node)
+        start = time.perf_counter_ns()
         try:
             executable = original(backend, computation, *args, **kwargs)
         finally:
             core.set_worker_context(previous)
             core.scope_exit()
+        api.lib.dctx_add(node, api.m_compiles, 1.0)
+        api.lib.dctx_add(node, api.m_compile_time, float(time.perf_counter_ns() - start))
         _stats["compiles"] += 1
         try:
             _record_compile(executable, node)
@@ -913,6 +950,7 @@ def activate(options: dict) -> None:
         return
     _options = dict(options)
     _modules.clear()  # a new session starts from zero
+    _signatures.clear()
     _stats.update(compiles=0, hlo_ops=0, parse_errors=0)
     _prepare_gpu_environment(options)
     if "jax" in sys.modules and hasattr(sys.modules["jax"], "jit"):

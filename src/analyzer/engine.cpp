@@ -20,6 +20,7 @@ const std::vector<RuleInfo> &builtin_rules() {
     add_gpu_launch(r);
     add_host_sync(r);
     add_index_backward(r);
+    add_jax(r);
     add_threads(r);
     return r;
   }();

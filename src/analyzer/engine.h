@@ -125,6 +125,7 @@ void add_gpu_kernels(std::vector<RuleInfo> &r);
 void add_gpu_launch(std::vector<RuleInfo> &r);
 void add_host_sync(std::vector<RuleInfo> &r);
 void add_index_backward(std::vector<RuleInfo> &r);
+void add_jax(std::vector<RuleInfo> &r);
 void add_threads(std::vector<RuleInfo> &r);
 
 }  // namespace dctx::analyzer

@@ -16,6 +16,7 @@ CASES = [
     ("backward_imbalance", "backward-imbalance", "return torch.cumprod(1 - alpha, dim=-1)"),
     ("loader_stall", "data-loader-stall", "for x, y in loader:"),
     ("jax_sync_in_loop", "host-sync", 'print(f"step {step} loss {float(loss):.4f}", file=log)'),
+    ("jax_recompile", "jax-recompile", "params, loss = train_step(params, tokens, mask, labels)"),
 ]
 
 
@@ -78,6 +79,21 @@ def test_host_sync_of_jax_arrays_is_timed_by_samples(profiles):
     assert list(f.evidence["by_kind"]) == ["float(x) of a jax.Array"]
     assert f.evidence["host_metric"] == "wall_time" and f.evidence["host_time"] > 0
     assert "jnp.minimum" in f.suggestion
+
+
+def test_jax_recompile_counts_each_compilation_and_names_what_varied(profiles):
+    """The step sees 8 batch lengths: 8 compilations, counted and timed one by one at the call
+    site, and the two inputs whose shapes changed (tokens and mask, after the 3 parameters)."""
+    prof = profiles("jax_recompile")
+    f = analyze(prof, rules=["jax-recompile"]).findings[0]
+    assert f.evidence["module"] == "jit_train_step" and f.evidence["compiles"] == 8
+    varying = f.evidence["varying_inputs"]
+    assert [v.split(":")[0] for v in varying] == ["#4", "#5"]
+    assert all(v.count("[32,") == 8 for v in varying)
+    assert f.saving == pytest.approx(f.evidence["compile_time"] * 7 / 8)
+    nodes = [n for n in load(prof).nodes() if n.frame.name == "xla_compile(jit_train_step)"]
+    assert sum(n.exclusive("xla_compiles") for n in nodes) == 8
+    assert sum(n.exclusive("xla_compile_time") for n in nodes) == f.evidence["compile_time"]
 
 
 def test_index_backward_evidence(profiles):

@@ -91,7 +91,27 @@ std::string sync_label(const Query &q, int n) {
   return name;
 }
 
-void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
+// Whether a user source line on the node's call path lies inside a for/while loop of its file
+// (true when the source cannot be read: nothing to go by).
+bool in_a_loop(const Query &q, const Context &ctx, int n) {
+  if (!ctx.source_loops) return true;
+  std::vector<int> chain = q.ancestors(n);
+  chain.insert(chain.begin(), n);
+  bool read_any = false;
+  for (int a : chain) {
+    if (q.kind[a] != kPython) continue;
+    const Frame &f = q.frame(a);
+    if (!is_user_file(f.file, q.pkg_dir())) continue;
+    const auto loops = ctx.source_loops(f.file);
+    read_any = read_any || !loops.empty();
+    for (const auto &[first, last] : loops) {
+      if (first <= f.line && f.line <= last) return true;
+    }
+  }
+  return !read_any;
+}
+
+void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
   // Operators that copy a value to the host (and so wait for the device).
   static const FrameRegex sync_ops(
       R"(^aten::(_local_scalar_dense|item|is_nonzero|nonzero|nonzero_static|masked_select|)"
@@ -178,6 +198,9 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
       if (!cost_metric.empty()) cost += q.inc(n, cost_metric);
     }
     if (calls < kMinSyncCalls && samples < kMinSyncCalls) continue;
+    // Samples cannot tell ten reads from one long one (the final read of a run waits for all the
+    // queued work): a read counted only by samples must be inside a loop of the program.
+    if (calls == 0 && !in_a_loop(q, ctx, site.nodes[0])) continue;
     if (gpu && waits && wait <= 0 && samples == 0) {
       bool any_sync = false;
       for (int n : site.nodes) {

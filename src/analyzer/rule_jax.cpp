@@ -29,6 +29,7 @@ std::vector<std::string> split(const std::string &s, const std::string &sep) {
 Value varying_inputs(const std::vector<std::string> &signatures) {
   Value out = Value::list();
   std::vector<std::vector<std::string>> params;
+  params.reserve(signatures.size());
   for (const std::string &s : signatures) params.push_back(split(s, ", "));
   const bool same_arity = std::all_of(params.begin(), params.end(), [&](const auto &p) {
     return p.size() == params.front().size();

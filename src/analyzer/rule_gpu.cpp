@@ -305,8 +305,20 @@ void small_kernels(const Query &q, const Context &, std::vector<Finding> &out) {
     for (int a = short_k[0]; a != 0 && !optimizer; a = q.parent(a)) {
       optimizer = optim_file.search(p, a);
     }
+    // JAX kernels come from HLO ops: XLA already fused what one module holds.
+    bool jax = false;
+    for (int a = short_k[0]; a != 0 && !jax; a = q.parent(a)) {
+      jax = q.kind[a] == kHloOp || q.kind[a] == kJaxOp;
+    }
     Finding f;
-    if (optimizer) {
+    if (jax) {
+      f.suggestion =
+          "Give XLA more to fuse per launch: `jax.jit` the whole step rather than small pieces "
+          "called from Python, turn Python loops over arrays into `jax.vmap` or `jax.lax.scan`, "
+          "and batch small per-parameter updates into one flat array (`optax.flatten`). Keep XLA's "
+          "command buffers on (the default), which replay runs of "
+          "kernels as one CUDA graph.";
+    } else if (optimizer) {
       f.suggestion =
           "Use the fused or multi-tensor optimizer: `torch.optim.AdamW(params, fused=True)` (or "
           "`foreach=True`), which updates all parameters in a few kernels.";

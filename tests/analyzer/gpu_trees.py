@@ -82,6 +82,21 @@ def small_kernels(optimizer: bool, fused: bool = False) -> ProfileBuilder:
     return b
 
 
+def jax_small_kernels() -> ProfileBuilder:
+    """A jitted call whose HLO ops (below the JAX op_name path) launch many short kernels, as the
+    CUPTI layer places XLA's kernels (docs/jax.md)."""
+    b, step = base()
+    call = b.path(("python", "main", TRAIN, 36), ("python", "update", MODEL, 50), parent=step)
+    op = b.path(
+        ("jax_op", "jit(update)"),
+        ("jax_op", "sgd"),
+        ("hlo_op", "loop_multiply_fusion.3", MODEL, 52),
+        parent=call,
+    )
+    launch(b, op, "loop_multiply_fusion_3", 2e8, 40000, idle=1.5e8, api="cuLaunchKernel")
+    return b
+
+
 def copies(pinned: bool) -> ProfileBuilder:
     b, step = base()
     line = b.path(

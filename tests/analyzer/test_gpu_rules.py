@@ -41,6 +41,12 @@ def test_small_kernels_elementwise(write):
     assert f.saving == pytest.approx(6e8 + 0.25 * 8e8)
 
 
+def test_small_kernels_of_jax_suggest_jax_changes(write):
+    f = analyze(write(T.jax_small_kernels(), "jax")).by_rule("small-kernels")
+    assert len(f) == 1 and f[0].evidence["launches"] == 40000
+    assert "jax.lax.scan" in f[0].suggestion and "torch" not in f[0].suggestion
+
+
 def test_small_kernels_optimizer_and_fused(write):
     f = analyze(write(T.small_kernels(optimizer=True))).by_rule("small-kernels")
     assert f and "fused=True" in f[0].suggestion and f[0].evidence["optimizer"]

@@ -27,6 +27,9 @@ hook finishes the work right after `import jax` completes. Then:
 - With ``--native`` on XLA:CPU, samples in JIT-compiled kernels (registered through the GDB JIT
   interface) are named after their HLO instruction and op_name, with the model's source line,
   when the core offers a symbolizer hook (``dctx_register_symbolizer``).
+- Reads of a ``jax.Array``'s value on the host (``float()``, ``bool()``, ``.item()``,
+  ``np.asarray``, printing: ``ArrayImpl._value``) that fetch it are counted (``jax_host_reads``)
+  at the caller's call path: each waits for its computation (the analyzer's host-sync rule).
 - ``jax.profiler.start_trace`` while we profile: one clear message; both keep running.
 """
 
@@ -139,6 +142,12 @@ class _Api:
         )
         self.m_compile_time = lib.dctx_metric_id(
             b"xla_compile_time", b"ns", b"wall time of XLA compilations, measured per compilation"
+        )
+        self.m_host_reads = lib.dctx_metric_id(
+            b"jax_host_reads",
+            b"count",
+            b"reads of a jax.Array's value on the host that fetched it (float(), bool(), "
+            b".item(), np.asarray, printing): each waits for the computation that makes it",
         )
 
     def frame(self, kind: int, name: str, file: str = "", line: int = 0, module: str = "") -> int:
@@ -512,6 +521,27 @@ def _eager_wrapper(original):
 
     process_primitive.__wrapped__ = original
     return process_primitive
+
+
+class _Property(property):
+    """A property that can carry ``__wrapped__`` (for _patch's bookkeeping)."""
+
+
+def _value_wrapper(original):
+    """ArrayImpl._value: where every read of a jax.Array's value on the host goes (float(),
+    bool(), int(), .item(), .tolist(), np.asarray, printing). A read that fetches (the value not
+    cached yet) waits for the computation: counted at the caller's call path, exactly, for the
+    analyzer's host-sync rule (samples alone cannot tell ten reads from one long one)."""
+    fget = original.fget
+
+    def _value(self):
+        if _options is not None and self._npy_value is None:
+            _api.lib.dctx_add(_current(), _api.m_host_reads, 1.0)
+        return fget(self)
+
+    replacement = _Property(_value, doc=original.__doc__)
+    replacement.__wrapped__ = original
+    return replacement
 
 
 def _backend_wrapper(original):
@@ -980,6 +1010,10 @@ def _on_jax_imported() -> None:
 
         if hasattr(jax_core, "EvalTrace"):
             _patch(jax_core.EvalTrace, "process_primitive", _eager_wrapper)
+        from jax._src import array as jax_array
+
+        if isinstance(getattr(jax_array.ArrayImpl, "_value", None), property):
+            _patch(jax_array.ArrayImpl, "_value", _value_wrapper)
         _patch(jax_profiler, "start_trace", _profiler_wrapper)
         if getattr(jax, "profiler", None) is not None:
             jax.profiler.start_trace = jax_profiler.start_trace

@@ -29,28 +29,23 @@ bool is_print_func(const std::string &name) {
          name == "__format__" || name == "_str";
 }
 
+// JAX: the JAX layer counts each read of a jax.Array's value that fetched it (jax_host_reads,
+// from its wrapper of ArrayImpl._value) at the caller's node: the jax.Array method called.
+constexpr const char *kJaxReads = "jax_host_reads";
+
+bool is_jax_read(const Query &q, int n) {
+  return q.kind[n] == kPython && q.has(kJaxReads) && q.exc(n, kJaxReads) > 0;
+}
+
 int64_t sync_calls(const Query &q, int n) {
   if (q.kind[n] == kOperator) return q.calls(n);
+  if (is_jax_read(q, n)) return static_cast<int64_t>(q.exc(n, kJaxReads));
   return std::max(
       {q.count(n, "sync_time"), q.count(n, "sync_count"), q.count(n, "wall_time"), int64_t{1}});
 }
 
-// JAX: a jax.Array's value reaches the host through ArrayImpl._value (float(), bool(), int(),
-// .item(), .tolist(), np.asarray(), printing) or block_until_ready / jax.device_get; each waits
-// for the computation that produces the array.
-const FrameRegex &jax_file() {
-  static const FrameRegex re(R"(jax/_src/(array|api)\.py$)", false, FrameRegex::Field::kFile);
-  return re;
-}
-
-bool is_jax_sync(const Query &q, int n) {
-  static const FrameRegex names(
-      R"(^(ArrayImpl\._value|ArrayImpl\.block_until_ready|block_until_ready|device_get)$)", false);
-  return names.search(q.profile(), n) && jax_file().search(q.profile(), n);
-}
-
-// What the program called to get there: the nearest jax.Array method above the node.
-std::string jax_sync_label(const Query &q, int n) {
+// What the program called: the outermost jax.Array method above the read.
+std::string jax_read_label(const Query &q, int n) {
   static const std::vector<std::pair<std::string, std::string>> kCalls = {
       {"__float__", "float(x)"},
       {"__int__", "int(x)"},
@@ -62,27 +57,26 @@ std::string jax_sync_label(const Query &q, int n) {
       {"__format__", "print(x)"},
       {"__repr__", "print(x)"},
       {"__str__", "print(x)"},
-      {"block_until_ready", "block_until_ready()"},
       {"device_get", "jax.device_get()"}};
-  std::vector<int> path = q.ancestors(n);
-  path.insert(path.begin(), n);
-  std::string label = "jax.Array to host";
   static const FrameRegex jax_internal(R"(jax/_src/)", false, FrameRegex::Field::kFile);
+  std::string label = "a read";
+  std::vector<int> path = q.ancestors(n);
+  path.insert(path.begin(), n);  // the read's node is the jax.Array method that called _value
   for (int a : path) {
     if (q.kind[a] != kPython || !jax_internal.search(q.profile(), a)) break;
     const std::string &name = q.name(a);
     const std::string method = name.substr(name.rfind('.') + 1);
     for (const auto &[m, text] : kCalls) {
-      if (method == m) label = text + " of a jax.Array";
+      if (method == m) label = text;
     }
   }
-  return label;
+  return label + " of a jax.Array";
 }
 
 std::string sync_label(const Query &q, int n) {
   int k = q.kind[n];
   if (k == kSync) return q.name(n);
-  if (k == kPython && is_jax_sync(q, n)) return jax_sync_label(q, n);
+  if (is_jax_read(q, n)) return jax_read_label(q, n);
   if (k == kPython) return print_file().search(q.profile(), n) ? "print(tensor)" : "synchronize()";
   const std::string &name = q.name(n);
   if (name == "aten::_local_scalar_dense" || name == "aten::item" || name == "aten::is_nonzero") {
@@ -91,27 +85,7 @@ std::string sync_label(const Query &q, int n) {
   return name;
 }
 
-// Whether a user source line on the node's call path lies inside a for/while loop of its file
-// (true when the source cannot be read: nothing to go by).
-bool in_a_loop(const Query &q, const Context &ctx, int n) {
-  if (!ctx.source_loops) return true;
-  std::vector<int> chain = q.ancestors(n);
-  chain.insert(chain.begin(), n);
-  bool read_any = false;
-  for (int a : chain) {
-    if (q.kind[a] != kPython) continue;
-    const Frame &f = q.frame(a);
-    if (!is_user_file(f.file, q.pkg_dir())) continue;
-    const auto loops = ctx.source_loops(f.file);
-    read_any = read_any || !loops.empty();
-    for (const auto &[first, last] : loops) {
-      if (first <= f.line && f.line <= last) return true;
-    }
-  }
-  return !read_any;
-}
-
-void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
+void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
   // Operators that copy a value to the host (and so wait for the device).
   static const FrameRegex sync_ops(
       R"(^aten::(_local_scalar_dense|item|is_nonzero|nonzero|nonzero_static|masked_select|)"
@@ -135,14 +109,13 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
   const Profile &p = q.profile();
   for (int n = 1; n < q.size(); ++n) {
     int k = q.kind[n];
-    if (k == kSync) {
+    if (k == kSync || is_jax_read(q, n)) {
       ops.push_back(n);
     } else if (k == kOperator) {
       if (q.backward[n] < 0 && sync_ops.search(p, n)) ops.push_back(n);
     } else if (k == kPython) {
       bool prints = print_file().search(p, n) && is_print_func(q.name(n));
-      if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n)) || is_jax_sync(q, n))
-        wrappers.push_back(n);
+      if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n))) wrappers.push_back(n);
     }
   }
   // moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
@@ -152,11 +125,10 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
   std::vector<int> all = ops;
   all.insert(all.end(), wrappers.begin(), wrappers.end());
   for (const Site &site : by_line(q, outermost(q, all))) {
-    int64_t calls = 0, samples = 0;  // samples: where no operator or sync frame counts the calls
+    int64_t calls = 0;
     double wait = 0, cost = 0;
     Value kinds = Value::dict();
-    std::vector<std::pair<std::string, int64_t>> kind_counts;  // calls, or samples if `sampled`
-    std::unordered_set<std::string> sampled;
+    std::vector<std::pair<std::string, int64_t>> kind_counts;
     for (int n : site.nodes) {
       // .item() -> _local_scalar_dense -> cudaStreamSynchronize is one synchronization: count each
       // outermost one by the largest call count along its chain.
@@ -176,17 +148,8 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
         }
         c += best;
       }
+      if (c == 0) c = sync_calls(q, n);
       std::string label = sync_label(q, n);
-      if (c == 0 && q.kind[n] == kPython && is_jax_sync(q, n) && !cost_metric.empty()) {
-        // A jax.Array read waits in native code below ArrayImpl._value: no call count, only
-        // the samples that caught it (on CPU; on a GPU the sync frames under it count calls).
-        for (int d : q.subtree(n)) c += q.count(d, cost_metric);
-        samples += c;
-        sampled.insert(label);
-      } else {
-        if (c == 0) c = sync_calls(q, n);
-        calls += c;
-      }
       auto it = std::find_if(kind_counts.begin(), kind_counts.end(),
                              [&](const auto &kv) { return kv.first == label; });
       if (it == kind_counts.end()) {
@@ -194,14 +157,15 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
       } else {
         it->second += c;
       }
+      calls += c;
       if (waits) wait += q.inc(n, "sync_time");
       if (!cost_metric.empty()) cost += q.inc(n, cost_metric);
     }
-    if (calls < kMinSyncCalls && samples < kMinSyncCalls) continue;
-    // Samples cannot tell ten reads from one long one (the final read of a run waits for all the
-    // queued work): a read counted only by samples must be inside a loop of the program.
-    if (calls == 0 && !in_a_loop(q, ctx, site.nodes[0])) continue;
-    if (gpu && waits && wait <= 0 && samples == 0) {
+    if (calls < kMinSyncCalls) continue;
+    // A jax.Array read waits for its computation whether or not a CUDA sync call shows it.
+    const bool jax =
+        std::any_of(site.nodes.begin(), site.nodes.end(), [&](int n) { return is_jax_read(q, n); });
+    if (gpu && waits && wait <= 0 && !jax) {
       bool any_sync = false;
       for (int n : site.nodes) {
         for (int d : q.subtree(n)) any_sync = any_sync || q.kind[d] == kSync;
@@ -215,12 +179,12 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
                      [](const auto &a, const auto &b) { return a.second > b.second; });
     std::string what;
     for (const auto &[k, v] : sorted) {
-      what += (what.empty() ? "" : ", ") + k + (sampled.count(k) ? "" : " x" + std::to_string(v));
+      what += (what.empty() ? "" : ", ") + k + " x" + std::to_string(v);
     }
     Finding f;
     double time = 0;
     // jax.Array reads with no sync frame under them: their host time is the wait
-    if (gpu && waits && (wait > 0 || samples == 0)) {
+    if (gpu && waits && (wait > 0 || !jax)) {
       time = wait;
       f.estimate =
           "upper bound: the time the host waited at these synchronizations (sync_time); without "
@@ -232,12 +196,8 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
                    "); on a GPU each call also drains the device queue, which a profile without "
                    "GPU sync times cannot measure";
     }
-    f.summary = calls > 0 ? std::to_string(calls) + " host-device synchronizations at "
-                          : std::string("Host-device synchronizations at ");
-    f.summary += q.source_label(site.nodes[0]) + " (" + what + "), " + fmt_ns(time) + " in all";
-    if (calls == 0) f.summary += ", seen in " + std::to_string(samples) + " samples";
-    const bool jax = std::any_of(site.nodes.begin(), site.nodes.end(),
-                                 [&](int n) { return q.kind[n] == kPython && is_jax_sync(q, n); });
+    f.summary = std::to_string(calls) + " host-device synchronizations at " +
+                q.source_label(site.nodes[0]) + " (" + what + "), " + fmt_ns(time) + " in all";
     if (jax) {
       f.suggestion =
           "Keep values on the device inside the loop: accumulate in a jax.Array (`total = total "
@@ -255,8 +215,7 @@ void host_sync(const Query &q, const Context &ctx, std::vector<Finding> &out) {
     f.metric = metric;
     f.time = time;
     f.saving = time;
-    f.evidence.set("calls", calls > 0 ? Value(calls) : Value())
-        .set("samples", samples > 0 ? Value(samples) : Value())
+    f.evidence.set("calls", calls)
         .set("by_kind", std::move(kinds))
         .set("wait_time", waits ? Value(wait) : Value())
         .set("host_time", cost)

@@ -86,7 +86,14 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
     f.summary = module + " compiled " + std::to_string(static_cast<int64_t>(count)) + " times at " +
                 q.source_label(site.nodes[0]) + ", " + fmt_ns(time) + " compiling";
     Value varying = varying_inputs(signatures);
-    if (!varying.items().empty()) f.summary += ": its input shapes or types change";
+    if (!varying.items().empty()) {
+      f.summary += ": its input shapes or types change";
+    } else if (signatures.size() == 1) {
+      // Same inputs, compiled anew: jax.jit's cache is per function object.
+      f.summary +=
+          " with the same input types: a new function each time (a lambda or nested "
+          "function jitted inside the loop), or changing static arguments";
+    }
     f.suggestion =
         "Give the jitted function a few shapes only: pad the varying dimension to a few bucket "
         "sizes (with a mask) or to one maximum; keep the same dtypes (no Python scalars that "

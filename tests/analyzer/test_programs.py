@@ -17,6 +17,7 @@ CASES = [
     ("loader_stall", "data-loader-stall", "for x, y in loader:"),
     ("jax_sync_in_loop", "host-sync", 'print(f"step {step} loss {float(loss):.4f}", file=log)'),
     ("jax_recompile", "jax-recompile", "params, loss = train_step(params, tokens, mask, labels)"),
+    ("jax_jit_in_loop", "jax-recompile", "x = jax.jit(lambda a: jnp.tanh(a * 2))(x)"),
 ]
 
 
@@ -108,6 +109,12 @@ def test_jax_recompile_counts_each_compilation_and_names_what_varied(profiles):
     nodes = [n for n in load(prof).nodes() if n.frame.name == "xla_compile(jit_train_step)"]
     assert sum(n.exclusive("xla_compiles") for n in nodes) == 8
     assert sum(n.exclusive("xla_compile_time") for n in nodes) == f.evidence["compile_time"]
+
+
+def test_jax_recompile_of_the_same_inputs_names_a_new_function_each_time(profiles):
+    f = analyze(profiles("jax_jit_in_loop"), rules=["jax-recompile"]).findings[0]
+    assert f.evidence["compiles"] == 20 and f.evidence["varying_inputs"] == []
+    assert "a new function each time" in f.summary
 
 
 def test_index_backward_evidence(profiles):

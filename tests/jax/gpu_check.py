@@ -290,9 +290,10 @@ def main() -> int:
         if ts > 0 and tn > 0:
             worst = max(abs(s.get(k, 0) / ts - n.get(k, 0) / tn) for k in set(s) | set(n))
             results["sampled_split"] = {"sample_ms": ts / 1e6, "node_ms": tn / 1e6, "worst": worst}
-            # The split, and the weighted total against the real one: wall-time weights keep the
-            # split and undercount launch-bound steps, which tracing slows inside a window
-            # (H100, 2026-12-06: 249 ms sampled, 709 ms with every record; docs/gpu.md).
+            # The split, and the weighted total against the real one: wall-time weights kept the
+            # split and undercounted launch-bound steps, which tracing slows inside a window
+            # (H100, 2026-12-06: 249 ms sampled, 709 ms with every record; docs/gpu.md); windows
+            # now weigh launches.
             check(
                 "sampled split by HLO op",
                 worst <= 0.02 and 0.8 <= ts / tn <= 1.25,

@@ -91,7 +91,7 @@ def test_host_sync_leaves_out_one_long_read(profiles):
     """One read at the end of a run waits long (the whole queued computation) but is one call."""
     prof = profiles("jax_final_read")
     reads = [n for n in load(prof).nodes() if n.frame.name == "ArrayImpl._value"]
-    assert sum(n.inclusive("wall_time") for n in reads) >= 1e8  # waited >= 100 ms
+    assert sum(n.inclusive("wall_time") for n in reads) >= 2e7  # it waited (>= 20 ms here)
     assert load(prof).total("jax_host_reads") == 1
     assert not analyze(prof, rules=["host-sync"]).findings
 

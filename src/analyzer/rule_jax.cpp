@@ -52,7 +52,7 @@ Value varying_inputs(const std::vector<std::string> &signatures) {
 }
 
 void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
-  std::string metric;
+  std::string metric = "xla_compile_time";  // the share of all compile time, without sampling
   for (const char *m : {"wall_time", "cpu_time"}) {
     if (q.has(m)) {
       metric = m;
@@ -79,7 +79,7 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
       }
     }
     if (count < kMinCompiles) continue;
-    const double total = metric.empty() ? 0 : q.total(metric);
+    const double total = q.total(metric);
     if (total > 0 && time / total < kMinShare) continue;
     const std::string module = q.name(site.nodes[0]).substr(12, q.name(site.nodes[0]).size() - 13);
     Finding f;

@@ -4,6 +4,7 @@
 // parameter types of each distinct compilation (prop `input_types`, " | " between compilations).
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "analyzer/engine.h"
@@ -14,6 +15,7 @@ namespace {
 
 constexpr double kMinCompiles = 5;  // a few bucket sizes are fine
 constexpr double kMinShare = 0.02;
+constexpr std::string_view kCompilePrefix = "xla_compile(";  // xla_compile(<module>)
 
 std::vector<std::string> split(const std::string &s, const std::string &sep) {
   std::vector<std::string> out;
@@ -61,7 +63,7 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
   }
   std::vector<int> compiles;
   for (int n : q.nodes_of_kind({kScope})) {
-    if (q.name(n).starts_with("xla_compile(") && q.exc(n, "xla_compiles") > 0)
+    if (q.name(n).starts_with(kCompilePrefix) && q.exc(n, "xla_compiles") > 0)
       compiles.push_back(n);
   }
   // One site per (call line, module): the same jitted function compiled from the same line.
@@ -81,7 +83,9 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
     if (count < kMinCompiles) continue;
     const double total = q.total(metric);
     if (total > 0 && time / total < kMinShare) continue;
-    const std::string module = q.name(site.nodes[0]).substr(12, q.name(site.nodes[0]).size() - 13);
+    const std::string &scope = q.name(site.nodes[0]);
+    const std::string module =
+        scope.substr(kCompilePrefix.size(), scope.size() - kCompilePrefix.size() - 1);
     Finding f;
     f.summary = module + " compiled " + std::to_string(static_cast<int64_t>(count)) + " times at " +
                 q.source_label(site.nodes[0]) + ", " + fmt_ns(time) + " compiling";

@@ -327,6 +327,13 @@ void Processor::end_sampling(uint64_t ts) {
   flush_pending(weight);
 }
 
+uint64_t Processor::launches_in_window() const {
+  const uint64_t launches = expected_.load(std::memory_order_relaxed);
+  std::lock_guard lock(windows_mutex_);
+  const uint64_t opened = windows_.empty() ? 0 : windows_.back().launches_open;
+  return launches > opened ? launches - opened : 0;
+}
+
 double Processor::weight_of(int64_t index) const {
   if (windows_.empty() || index == windows_.back().index) return 0.0;
   const int64_t first = windows_.front().index;

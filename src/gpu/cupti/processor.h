@@ -134,6 +134,8 @@ class Processor {
   void window_open(uint64_t cupti_ts);
   void window_close(uint64_t cupti_ts);
   void end_sampling(uint64_t cupti_ts);
+  /* Kernel launches made since the newest window opened (all of them before the first). */
+  uint64_t launches_in_window() const;
 
  private:
   struct Interval {

@@ -483,20 +483,18 @@ void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
   constexpr uint64_t kMinFirstWindowLaunches = 5000, kMinWindowLaunches = 200;
   std::unique_lock lock(duty_mu_);
   bool on = true, first = true;
-  uint64_t launches_at_open = processor_->launches_expected();
   while (!duty_stop_) {
     const uint32_t wait = on ? on_ms : period_ms - on_ms;
     if (duty_cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return duty_stop_; }))
       break;
     const uint64_t need = first ? kMinFirstWindowLaunches : kMinWindowLaunches;
-    if (on && processor_->launches_expected() < launches_at_open + need) continue;
+    if (on && processor_->launches_in_window() < need) continue;
     first = false;
     on = !on;
     uint64_t ts = 0;
     api_.timestamp(&ts);
     if (recorder_) recorder_->window(on, ts, period_ms / on_ms);
     if (on) {
-      launches_at_open = processor_->launches_expected();
       processor_->window_open(ts);
       for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_enable(kind);
     } else {

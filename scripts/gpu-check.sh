@@ -9,7 +9,8 @@
 # STEPS="build distributed": DDP with NCCL under the profiler (examples/distributed/gpu_check.py).
 # STEPS="build timeline": the bounded timeline on a CUDA loop (tests/timeline/gpu_check.py).
 # STEPS="build jaxbench": bench/jax_overhead.py; STEPS="build torchcpu": bench/torch_cpu_overhead.py;
-# STEPS="build stepcost": bench/torch_step_cost.py.
+# STEPS="build stepcost": bench/torch_step_cost.py; STEPS="build jaxrules": the JAX analyzer programs
+# profiled on the GPU (tests/analyzer/record_gpu_jax.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -118,6 +119,16 @@ if want jax; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   row jax "$( [ "$status" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) \
     "$(grep -cE '^PASS ' "$out/jax.log") pass, $(grep -cE '^FAIL ' "$out/jax.log") fail (jax/jax_gpu.json)"
+fi
+
+if want jaxrules; then
+  t0=$SECONDS
+  # The JAX analyzer programs on the GPU (tests/analyzer/record_gpu_jax.sh); with
+  # JAXRULES_FIXTURES=1 the profiles replace the committed ones in tests/data/gpu_jax (and come back
+  # in $out/jaxrules either way).
+  (cd /tmp && OUT="$out/jaxrules" PYTHON="$py" FIXTURES="${JAXRULES_FIXTURES:+$root/tests/data/gpu_jax}" \
+    timeout "${JAXRULES_TIMEOUT:-300}" bash "$root/tests/analyzer/record_gpu_jax.sh" 2>&1) | tee "$out/jaxrules.log" | tail -8
+  row jaxrules "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "jaxrules/*.findings.txt"
 fi
 
 if want jaxbench; then

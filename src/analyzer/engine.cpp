@@ -249,6 +249,14 @@ std::vector<int> outermost(const Query &q, const std::vector<int> &nodes) {
   return out;
 }
 
+std::vector<int> executed_nodes(const Query &q, int kind) {
+  std::vector<int> out;
+  for (int n = 1; n < q.size(); ++n) {
+    if (q.kind[n] == kind && !q.compiling(n)) out.push_back(n);
+  }
+  return out;
+}
+
 bool in_model_transfer(const Query &q, int node) {
   static const std::regex module_file(R"(torch/nn/modules/module\.py$)");
   static const std::regex transfer(

@@ -109,6 +109,9 @@ std::vector<Site> by_line(const Query &q, const std::vector<int> &nodes,
                           const std::function<std::string(int)> &extra = {});
 std::vector<int> outermost(const Query &q, const std::vector<int> &nodes);
 bool in_model_transfer(const Query &q, int node);
+// Nodes of a kind that the program's own execution made: those inside an XLA compilation (GPU
+// autotuning of candidate kernels, with a synchronization after each) are left out.
+std::vector<int> executed_nodes(const Query &q, int kind);
 // meta_json: the parsed JSON value of a meta key, the raw string when it is not JSON.
 std::optional<Value> meta_json(const Query &q, const std::string &key);
 std::optional<int64_t> meta_int(const Query &q, std::initializer_list<const char *> keys);

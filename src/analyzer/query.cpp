@@ -81,7 +81,7 @@ Query::Query(const Profile &profile, std::string pkg_dir)
   kind.assign(n, kRoot);
   for (size_t i = 0; i < n; ++i) kind[i] = p_.frame_of(static_cast<int>(i)).kind;
   depth.assign(n, 0);
-  for (auto *a : {&user_line, &module, &top_op, &leaf_op, &backward, &thread, &python}) {
+  for (auto *a : {&user_line, &module, &top_op, &leaf_op, &backward, &thread, &python, &compile}) {
     a->assign(n, -1);
   }
   std::vector<int8_t> user_frame(p_.frames.size(), -1);
@@ -97,6 +97,7 @@ Query::Query(const Profile &profile, std::string pkg_dir)
     backward[i] = backward[par];
     thread[i] = thread[par];
     python[i] = python[par];
+    compile[i] = compile[par];
     if (k == kPython) {
       python[i] = id;
       int8_t &u = user_frame[static_cast<size_t>(p_.frame[i])];
@@ -111,6 +112,8 @@ Query::Query(const Profile &profile, std::string pkg_dir)
       backward[i] = id;
     } else if (k == kThread) {
       thread[i] = id;
+    } else if (k == kScope && compile[i] < 0 && p_.frame_of(id).name.starts_with(kCompileScope)) {
+      compile[i] = id;
     }
   }
 }
@@ -138,7 +141,7 @@ void Query::compute_launch_idle() const {
   for (size_t i = 0; i < mv->nodes.size(); ++i) {
     int n = mv->nodes[i];
     double measured = mv->values[i].sum;
-    if (measured <= 0 || kind[n] != kGpuApi) continue;
+    if (measured <= 0 || kind[n] != kGpuApi || compiling(n)) continue;
     double model = 0.0;
     for (int k : children(n)) {
       if (kind[k] != kKernel) continue;
@@ -314,7 +317,8 @@ Value Query::kernels(int n, const std::string &metric, size_t limit) const {
   std::vector<std::string> order;
   std::unordered_map<std::string, std::pair<double, int64_t>> agg;
   for (int d : subtree(n)) {
-    if (kind[d] != kKernel) continue;
+    // XLA's autotuning kernels under a call that compiled: not what the call runs
+    if (kind[d] != kKernel || (compiling(d) && !compiling(n))) continue;
     auto [it, fresh] = agg.try_emplace(name(d), 0.0, 0);
     if (fresh) order.push_back(name(d));
     it->second.first += inc(d, metric);

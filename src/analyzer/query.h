@@ -9,6 +9,7 @@
 #include <regex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +21,8 @@ namespace dctx::analyzer {
 // Host time to issue one eager kernel (calibrated on the H200 machine, docs/case-studies.md).
 inline constexpr double kLaunchHostNs = 10000.0;
 inline constexpr const char *kIdleMetric = "gpu_idle_time";
+// The scope deepcontext/jax_support.py opens around each XLA compilation: xla_compile(<module>).
+inline constexpr std::string_view kCompileScope = "xla_compile(";
 
 struct Source {
   std::string file;
@@ -76,6 +79,9 @@ class Query {
             static_cast<size_t>(p_.child_begin[n + 1] - p_.child_begin[n])};
   }
   bool is_op(int n) const { return kind[n] == kOperator || kind[n] == kHloOp; }
+  // Inside an XLA compilation: XLA's GPU autotuning runs and synchronizes candidate kernels
+  // there, work of the compiler, not of the program's steps (the GPU rules leave it out).
+  bool compiling(int n) const { return compile[n] >= 0; }
 
   // -- metrics
   const MetricValues *values(const std::string &m) const { return p_.metric(m); }
@@ -133,7 +139,8 @@ class Query {
                               const std::vector<int> *within = nullptr,
                               const std::function<bool(int)> &where = {}) const;
 
-  std::vector<int> kind, depth, user_line, module, top_op, leaf_op, backward, thread, python;
+  std::vector<int> kind, depth, user_line, module, top_op, leaf_op, backward, thread, python,
+      compile;
 
  private:
   bool key_of(GroupBy by, int n, std::vector<std::string> &key) const;

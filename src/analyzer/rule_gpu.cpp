@@ -27,7 +27,7 @@ void channels_last(const Query &q, const Context &, std::vector<Finding> &out) {
   static const FrameRegex conv_op("conv|cudnn", true);
   const Profile &p = q.profile();
   std::vector<int> kernels;
-  for (int n : q.nodes_of_kind({kKernel})) {
+  for (int n : executed_nodes(q, kKernel)) {
     if (!layout.search(p, n)) continue;
     bool under_conv = false;
     for (int a = n; a != 0 && !under_conv; a = q.parent(a)) {
@@ -126,7 +126,7 @@ void tensor_cores(const Query &q, const Context &, std::vector<Finding> &out) {
   if (cc && *cc < 8.0) return;
   const Profile &p = q.profile();
   std::vector<int> kernels;
-  for (int n : q.nodes_of_kind({kKernel})) {
+  for (int n : executed_nodes(q, kKernel)) {
     if (gemm_conv.search(p, n) && fp32_simt.search(p, n) && !tensor_core.search(p, n)) {
       kernels.push_back(n);
     }
@@ -205,7 +205,7 @@ void low_occupancy(const Query &q, const Context &, std::vector<Finding> &out) {
     const std::string *v = p.prop(n, k);
     return v ? Value(*v) : Value();
   };
-  for (int n : q.nodes_of_kind({kKernel})) {
+  for (int n : executed_nodes(q, kKernel)) {
     double t = q.inc(n, "gpu_time");
     if (q.share(t, "gpu_time") < 0.03) continue;
     auto blocks = grid_blocks(p.prop(n, "grid"));
@@ -268,7 +268,7 @@ void small_kernels(const Query &q, const Context &, std::vector<Finding> &out) {
   static const FrameRegex optim_file("torch/optim/", false, FrameRegex::Field::kFile);
   const Profile &p = q.profile();
   std::vector<int> kernels;
-  for (int n : q.nodes_of_kind({kKernel})) {
+  for (int n : executed_nodes(q, kKernel)) {
     if (q.launches(n) > 0) kernels.push_back(n);
   }
   for (const Site &site : by_line(q, kernels)) {
@@ -371,7 +371,7 @@ bool pageable(const Query &q, int n) {
 void pageable_memcpy(const Query &q, const Context &, std::vector<Finding> &out) {
   static const FrameRegex htod("HtoD|H2D|host.?to.?device", true);
   std::vector<int> copies;
-  for (int n : q.nodes_of_kind({kMemcpy})) {
+  for (int n : executed_nodes(q, kMemcpy)) {
     if (htod.search(q.profile(), n) && pageable(q, n) && !in_model_transfer(q, n)) {
       copies.push_back(n);
     }
@@ -432,7 +432,7 @@ void allocator_churn(const Query &q, const Context &, std::vector<Finding> &out)
       "cuMemMap)\\w*$",
       false);
   std::vector<int> apis;
-  for (int n : q.nodes_of_kind({kGpuApi})) {
+  for (int n : executed_nodes(q, kGpuApi)) {
     if (alloc_api.search(q.profile(), n)) apis.push_back(n);
   }
   std::string time_m = api_time_metric(q);

@@ -119,8 +119,9 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
     }
   }
   // moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
-  std::erase_if(ops, [&](int n) { return in_model_transfer(q, n); });
-  std::erase_if(wrappers, [&](int n) { return in_model_transfer(q, n); });
+  // and XLA's autotuning synchronizes after each candidate kernel while compiling: the compiler's
+  std::erase_if(ops, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
+  std::erase_if(wrappers, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
   std::unordered_set<int> op_set(ops.begin(), ops.end());
   std::vector<int> all = ops;
   all.insert(all.end(), wrappers.begin(), wrappers.end());
@@ -183,12 +184,19 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
     }
     Finding f;
     double time = 0;
+    f.metric = cost_metric;
     // jax.Array reads with no sync frame under them: their host time is the wait
     if (gpu && waits && (wait > 0 || !jax)) {
       time = wait;
+      f.metric = metric;
       f.estimate =
           "upper bound: the time the host waited at these synchronizations (sync_time); without "
           "them the host queues the next kernels while the device works";
+    } else if (jax) {
+      time = cost;
+      f.estimate = "host time of these reads (" + cost_metric +
+                   "), which includes waiting for the device to finish the computation that "
+                   "makes each value";
     } else {
       time = cost;
       f.estimate = "host time of the synchronizing calls (" +
@@ -212,7 +220,6 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
           "`bool(t)` with `torch.where`; avoid data-dependent shapes (nonzero, masked_select) in "
           "the step; drop explicit `torch.cuda.synchronize()` outside timing code.";
     }
-    f.metric = metric;
     f.time = time;
     f.saving = time;
     f.evidence.set("calls", calls)

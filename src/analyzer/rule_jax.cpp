@@ -15,7 +15,6 @@ namespace {
 
 constexpr double kMinCompiles = 5;  // a few bucket sizes are fine
 constexpr double kMinShare = 0.02;
-constexpr std::string_view kCompilePrefix = "xla_compile(";  // xla_compile(<module>)
 
 std::vector<std::string> split(const std::string &s, const std::string &sep) {
   std::vector<std::string> out;
@@ -63,8 +62,7 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
   }
   std::vector<int> compiles;
   for (int n : q.nodes_of_kind({kScope})) {
-    if (q.name(n).starts_with(kCompilePrefix) && q.exc(n, "xla_compiles") > 0)
-      compiles.push_back(n);
+    if (q.name(n).starts_with(kCompileScope) && q.exc(n, "xla_compiles") > 0) compiles.push_back(n);
   }
   // One site per (call line, module): the same jitted function compiled from the same line.
   for (const Site &site : by_line(q, compiles, [&](int n) { return q.name(n); })) {
@@ -85,7 +83,7 @@ void jax_recompile(const Query &q, const Context &, std::vector<Finding> &out) {
     if (total > 0 && time / total < kMinShare) continue;
     const std::string &scope = q.name(site.nodes[0]);
     const std::string module =
-        scope.substr(kCompilePrefix.size(), scope.size() - kCompilePrefix.size() - 1);
+        scope.substr(kCompileScope.size(), scope.size() - kCompileScope.size() - 1);
     Finding f;
     f.summary = module + " compiled " + std::to_string(static_cast<int64_t>(count)) + " times at " +
                 q.source_label(site.nodes[0]) + ", " + fmt_ns(time) + " compiling";

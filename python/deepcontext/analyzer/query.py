@@ -20,6 +20,7 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_TIME_METRICS = ("gpu_time",)
 CPU_TIME_METRICS = ("cpu_time", "wall_time", "op_time")
 IDLE_METRIC = "gpu_idle_time"
+COMPILE = "xla_compile("  # the scope jax_support.py opens around each XLA compilation
 # Host time to issue one eager kernel (Python, dispatcher, cudaLaunchKernel) without a profiler
 # attached. A kernel shorter than this leaves the device idle for the difference when kernels are
 # issued back to back. Calibrated on the H200 machine (docs/case-studies.md): launches x
@@ -73,6 +74,7 @@ class Query:
         self.backward = [-1] * n
         self.thread = [-1] * n
         self.python = [-1] * n
+        self.compile = [-1] * n  # the enclosing xla_compile(<module>) scope
         self._launch_idle: dict[int, float] | None = None
         user_cache: dict[str, bool] = {}
         for i in range(1, n):
@@ -86,6 +88,7 @@ class Query:
             self.backward[i] = self.backward[p]
             self.thread[i] = self.thread[p]
             self.python[i] = self.python[p]
+            self.compile[i] = self.compile[p]
             if k == "python":
                 self.python[i] = i
                 f = frames[nf[i]].file
@@ -104,6 +107,8 @@ class Query:
                 self.backward[i] = i
             elif k == "thread":
                 self.thread[i] = i
+            elif k == "scope" and self.compile[i] < 0 and frames[nf[i]].name.startswith(COMPILE):
+                self.compile[i] = i
 
     # -- basics -------------------------------------------------------------------------------
     def frame(self, node: int) -> Frame:
@@ -111,6 +116,11 @@ class Query:
 
     def name(self, node: int) -> str:
         return self.frame(node).name
+
+    def compiling(self, node: int) -> bool:
+        """Inside an XLA compilation (GPU autotuning runs and synchronizes candidate kernels
+        there: the compiler's work, not the program's steps)."""
+        return self.compile[node] >= 0
 
     def parent(self, node: int) -> int:
         return self.profile.node_parent[node]
@@ -182,7 +192,7 @@ class Query:
         kids = self.profile.node_children
         for n, v in self.values(IDLE_METRIC).items():
             measured = v[0]
-            if measured <= 0 or self.kind[n] != "gpu_api":
+            if measured <= 0 or self.kind[n] != "gpu_api" or self.compiling(n):
                 continue
             model = 0.0
             for k in kids[n]:
@@ -308,10 +318,11 @@ class Query:
         return p if self.kind[p] in ("operator", "hlo_op") else self.leaf_op[p]
 
     def kernels(self, node: int, metric: str = "gpu_time", limit: int = 5) -> list[dict]:
-        """The heaviest distinct kernels under a node: [{name, time, launches}]."""
+        """The heaviest distinct kernels under a node: [{name, time, launches}] (without XLA's
+        autotuning kernels, unless the node is inside that compilation)."""
         agg: dict[str, list[float]] = {}
         for d in self.subtree(node):
-            if self.kind[d] != "kernel":
+            if self.kind[d] != "kernel" or (self.compiling(d) and not self.compiling(node)):
                 continue
             a = agg.setdefault(self.name(d), [0.0, 0])
             a[0] += self.inc(d, metric)

@@ -565,11 +565,36 @@ def test_windows_that_saw_launches_weigh_the_launches_they_stand_for(replayed, t
     want += w2 * sum(k["end"] - k["start"] for k in kernel[b:c])
     assert prof.total("gpu_time") == pytest.approx(want, rel=1e-9)
     assert sum(nd.exclusive("launches") for nd in kernel_nodes(prof)) == pytest.approx(n)
+    assert json.loads(prof.meta["gpu_stats"])["launch_calls"] == n
     # Not the wall-time weights: the fixture's launches are not evenly spread in time.
     by_time = (kernel[b]["start"] - kernel[0]["start"]) / (
         kernel[a - 1]["end"] - kernel[0]["start"]
     )
     assert abs(by_time - w1) > 0.05 * w1
+
+
+def test_sampling_windows_count_graph_launches(replayed):
+    """The windows' unit is a launch call, of a kernel or of a graph (a JAX step is one or a few
+    graph launches of XLA's command buffers); launches captured into a graph launch nothing."""
+    events, prof = replayed("graph")
+    depth, calls, graphs, nest = {}, 0, 0, {}
+    for ev in events:
+        tid = ev.get("tid")
+        if ev["e"] == "api":
+            if depth.get(tid, 0) == 0:
+                nest[tid] = {"launch": "Launch" in ev["api"], "graph": "Graph" in ev["api"]}
+                nest[tid]["captured"] = False
+            depth[tid] = depth.get(tid, 0) + 1
+        elif ev["e"] == "graph_node" and depth.get(tid, 0) > 0:
+            nest[tid]["captured"] = True
+        elif ev["e"] == "exit":
+            depth[tid] -= 1
+            if depth[tid] == 0 and nest[tid]["launch"] and not nest[tid]["captured"]:
+                calls += 1
+                graphs += nest[tid]["graph"]
+    stats = json.loads(prof.meta["gpu_stats"])
+    assert graphs == 4
+    assert stats["launch_calls"] == calls == stats["launches_expected"] + graphs
 
 
 def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path):

@@ -168,6 +168,8 @@ void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t corre
     state.enter_step = dctx_timeline_step();
     state.captured = false;
     if (api.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
+    if (api.kind == DCTX_GPU_API_LAUNCH || api.kind == DCTX_GPU_API_GRAPH_LAUNCH)
+      calls_.fetch_add(1, std::memory_order_relaxed);
   }
   if (dctx_timeline_on() && launch_steps_ != nullptr)
     __atomic_store_n(&launch_steps_[correlation & (kLaunchSteps - 1)], dctx_timeline_step(),
@@ -181,6 +183,9 @@ void Processor::api_exit(ThreadState &state, uint64_t now_ns, bool failed) {
     dctx_add(state.node, m_sync_, static_cast<double>(now_ns - state.enter_ns));
   if (state.info->kind == DCTX_GPU_API_LAUNCH && (failed || state.captured))
     expected_.fetch_sub(1, std::memory_order_relaxed);
+  if ((state.info->kind == DCTX_GPU_API_LAUNCH || state.info->kind == DCTX_GPU_API_GRAPH_LAUNCH) &&
+      (failed || state.captured))
+    calls_.fetch_sub(1, std::memory_order_relaxed);
   if (dctx_timeline_on())  // the call on its CPU thread (steady clock: CLOCK_MONOTONIC)
     dctx_timeline_record(
         state.info->kind == DCTX_GPU_API_SYNC ? DCTX_FRAME_SYNC : DCTX_FRAME_GPU_API, state.node,
@@ -278,60 +283,61 @@ double span_weight(uint64_t open, uint64_t close, uint64_t until) {
 }
 }  // namespace
 
-// By launches where the window saw any: tracing slows the launches made inside a window (per-node
+// By launch calls (of kernels and of graphs: XLA's command buffers launch a step's kernels in one
+// graph launch) where the window saw any: tracing slows the launches made inside a window (per-node
 // graph tracing most), so a launch-bound program gets fewer steps into a window than into as much
 // untraced time and wall-time weights undercount (60,000 JAX MLP steps on the H100: 2.5-2.9 s
 // sampled against 4.37 s traced throughout). Kernel time per launch does not change with tracing.
-double Processor::window_weight(const Window &w, uint64_t until, uint64_t launches_until) const {
-  const uint64_t closed = std::min(w.launches_close, launches_until);
-  if (closed > w.launches_open && launches_until >= closed)
-    return static_cast<double>(launches_until - w.launches_open) /
-           static_cast<double>(closed - w.launches_open);
+double Processor::window_weight(const Window &w, uint64_t until, uint64_t calls_until) const {
+  const uint64_t closed = std::min(w.calls_close, calls_until);
+  if (closed > w.calls_open && calls_until >= closed)
+    return static_cast<double>(calls_until - w.calls_open) /
+           static_cast<double>(closed - w.calls_open);
   return span_weight(w.open, w.close, until);
 }
 
 void Processor::window_open(uint64_t ts) {
   std::lock_guard lock(mutex_);
-  const uint64_t launches = expected_.load(std::memory_order_relaxed);
+  const uint64_t calls = calls_.load(std::memory_order_relaxed);
   double weight = 1.0;
   {
     std::lock_guard windows(windows_mutex_);
-    if (!windows_.empty()) weight = window_weight(windows_.back(), ts, launches);
+    if (!windows_.empty()) weight = window_weight(windows_.back(), ts, calls);
     if (windows_.size() >= kMaxWindows) windows_.erase(windows_.begin());
-    windows_.push_back({windows_opened_++, ts, UINT64_MAX, launches, UINT64_MAX});
+    windows_.push_back({windows_opened_++, ts, UINT64_MAX, calls, UINT64_MAX});
   }
   flush_pending(weight);
 }
 
 void Processor::window_close(uint64_t ts) {
-  const uint64_t launches = expected_.load(std::memory_order_relaxed);
+  const uint64_t calls = calls_.load(std::memory_order_relaxed);
   std::lock_guard lock(windows_mutex_);
   if (!windows_.empty() && windows_.back().close == UINT64_MAX) {
     windows_.back().close = ts;
-    windows_.back().launches_close = launches;
+    windows_.back().calls_close = calls;
   }
 }
 
 void Processor::end_sampling(uint64_t ts) {
   std::lock_guard lock(mutex_);
   sweep_idle(true);  // the last window's gaps join its pending additions
-  const uint64_t launches = expected_.load(std::memory_order_relaxed);
+  const uint64_t calls = calls_.load(std::memory_order_relaxed);
   double weight = 1.0;
   {
     std::lock_guard windows(windows_mutex_);
     if (windows_.empty()) return;
     Window &w = windows_.back();
-    weight = window_weight(w, ts, launches);
-    if (w.close == UINT64_MAX) w.close = ts, w.launches_close = launches;
+    weight = window_weight(w, ts, calls);
+    if (w.close == UINT64_MAX) w.close = ts, w.calls_close = calls;
   }
   flush_pending(weight);
 }
 
-uint64_t Processor::launches_in_window() const {
-  const uint64_t launches = expected_.load(std::memory_order_relaxed);
+uint64_t Processor::calls_in_window() const {
+  const uint64_t calls = calls_.load(std::memory_order_relaxed);
   std::lock_guard lock(windows_mutex_);
-  const uint64_t opened = windows_.empty() ? 0 : windows_.back().launches_open;
-  return launches > opened ? launches - opened : 0;
+  const uint64_t opened = windows_.empty() ? 0 : windows_.back().calls_open;
+  return calls > opened ? calls - opened : 0;
 }
 
 double Processor::weight_of(int64_t index) const {
@@ -339,7 +345,7 @@ double Processor::weight_of(int64_t index) const {
   const int64_t first = windows_.front().index;
   if (index < first) return scale_;  // evicted: nominal
   const Window &next = windows_[static_cast<size_t>(index - first + 1)];
-  return window_weight(windows_[static_cast<size_t>(index - first)], next.open, next.launches_open);
+  return window_weight(windows_[static_cast<size_t>(index - first)], next.open, next.calls_open);
 }
 
 bool Processor::sampled(const dctx_gpu_activity &r, int64_t *window, double *weight) {
@@ -663,13 +669,15 @@ void Processor::finish(bool final) {
                 "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
                 "%llu, \"graph_launches_timed\": %llu, \"graph_launches_uncalibrated\": %llu, "
                 "\"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-                "\"launches_received\": %llu, \"outside_windows\": %llu, \"gpu_time_ns\": %.0f}",
+                "\"launches_received\": %llu, \"launch_calls\": %llu, \"outside_windows\": %llu, "
+                "\"gpu_time_ns\": %.0f}",
                 (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
                 (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
                 (unsigned long long)s.graph_launches_timed,
                 (unsigned long long)s.graph_launches_uncalibrated,
                 (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
                 (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
+                (unsigned long long)calls_.load(std::memory_order_relaxed),
                 (unsigned long long)s.outside_windows, s.gpu_time_ns);
   dctx_set_meta("gpu_stats", buf);
   if (sampling_) {

@@ -125,17 +125,18 @@ class Processor {
   /* Sampled tracing (tracer.cpp, --cuda-graphs sample): activity records are on only inside
    * windows. A record counts only if it starts and ends inside one window (a graph launch cut by
    * a window's end gets its unfinished nodes' end times from the next window: seen on the H100),
-   * and weighs the kernel launches from its window's opening to the next one's over those made
-   * inside the window (by wall time, nominally period / on, when the window saw none). The newest
-   * window's additions wait until that is known: the next window's opening, or end_sampling at the
-   * end of the run. Windows open and close on CUPTI's clock. set_sampling before the first record;
-   * scale: the nominal weight. */
+   * and weighs the launch calls (of kernels and graphs) from its window's opening to the next
+   * one's over those made inside the window (by wall time, nominally period / on, when the window
+   * saw none). The newest window's additions wait until that is known: the next window's opening,
+   * or end_sampling at the end of the run. Windows open and close on CUPTI's clock. set_sampling
+   * before the first record; scale: the nominal weight. */
   void set_sampling(double scale);
   void window_open(uint64_t cupti_ts);
   void window_close(uint64_t cupti_ts);
   void end_sampling(uint64_t cupti_ts);
-  /* Kernel launches made since the newest window opened (all of them before the first). */
-  uint64_t launches_in_window() const;
+  /* Launch calls (kernels and graphs) made since the newest window opened (all before the first).
+   */
+  uint64_t calls_in_window() const;
 
  private:
   struct Interval {
@@ -202,6 +203,8 @@ class Processor {
   DeviceQuery query_;
   CorrelationMap correlations_;
   std::atomic<uint64_t> expected_{0};
+  /* Launch calls of kernels and of graphs, the unit of the sampling windows' weights. */
+  std::atomic<uint64_t> calls_{0};
   /* Timeline step of each correlation id's launch, indexed like the correlation map. Mapped
    * anonymous memory: no page is touched unless the timeline records. */
   static constexpr size_t kLaunchSteps = size_t{1} << 20;
@@ -223,12 +226,12 @@ class Processor {
   std::atomic<bool> calibrate_graphs_{false};
   dctx_node unattributed_node_ = 0;
 
-  /* Sampling windows, the newest last: times on CUPTI's clock and the launch count (expected_)
-   * at opening and closing; close and launches_close UINT64_MAX while open. */
+  /* Sampling windows, the newest last: times on CUPTI's clock and the launch calls (calls_) at
+   * opening and closing; close and calls_close UINT64_MAX while open. */
   struct Window {
     int64_t index;
     uint64_t open, close;
-    uint64_t launches_open, launches_close;
+    uint64_t calls_open, calls_close;
   };
   static constexpr size_t kMaxWindows = 256; /* records arrive within seconds of their window */
   mutable std::mutex windows_mutex_;         /* after mutex_ when both are held */

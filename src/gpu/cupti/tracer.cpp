@@ -474,21 +474,22 @@ void Tracer::wait_for_records() {
 // edges are taken on CUPTI's clock before each switch: the processor keeps a record only if it
 // lies wholly inside a window.
 //
-// A window stays open past on_ms until it has seen a number of launches (the first window more):
-// tracing costs per launch, so a program that launches rarely is traced nearly whole at little
-// cost, and a short run is traced whole instead of falling between windows (10,000 JAX MLP steps
-// on the H100 ran in the off time after windows spent on import and compilation, and left one
-// kernel record).
+// A window stays open past on_ms until it has seen a number of launch calls, of kernels or of
+// graphs (the first window more): tracing costs per launch, so a program that launches rarely is
+// traced nearly whole at little cost, and a short run is traced whole instead of falling between
+// windows (10,000 JAX MLP steps on the H100 ran in the off time after windows spent on import and
+// compilation, and left one kernel record). Graph launches count: a JAX step is one or a few of
+// them, and counting kernel launches alone kept the first window open for a whole 60,000-step run.
 void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
-  constexpr uint64_t kMinFirstWindowLaunches = 5000, kMinWindowLaunches = 200;
+  constexpr uint64_t kMinFirstWindowCalls = 5000, kMinWindowCalls = 200;
   std::unique_lock lock(duty_mu_);
   bool on = true, first = true;
   while (!duty_stop_) {
     const uint32_t wait = on ? on_ms : period_ms - on_ms;
     if (duty_cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return duty_stop_; }))
       break;
-    const uint64_t need = first ? kMinFirstWindowLaunches : kMinWindowLaunches;
-    if (on && processor_->launches_in_window() < need) continue;
+    const uint64_t need = first ? kMinFirstWindowCalls : kMinWindowCalls;
+    if (on && processor_->calls_in_window() < need) continue;
     first = false;
     on = !on;
     uint64_t ts = 0;

@@ -276,7 +276,7 @@ def main() -> int:
 
     # 2b. Sampled records against every record: the MLP's kernel time split by HLO op.
     if args.cuda_graphs == "sample":
-        runs = {}
+        runs, windows = {}, 0
         for mode in ("sample", "node"):
             prof = os.path.join(args.out, f"split-{mode}.dctx")
             rc, out, _ = run(
@@ -285,20 +285,31 @@ def main() -> int:
             )
             if rc == 0:
                 runs[mode] = attribution(prof)["by_hlo_op"]
+                if mode == "sample":
+                    from deepcontext.reader import load
+
+                    windows = int(load(prof).meta.get("gpu_sampling_windows") or 0)
         s, n = runs.get("sample", {}), runs.get("node", {})
         ts, tn = sum(s.values()), sum(n.values())
         if ts > 0 and tn > 0:
             worst = max(abs(s.get(k, 0) / ts - n.get(k, 0) / tn) for k in set(s) | set(n))
-            results["sampled_split"] = {"sample_ms": ts / 1e6, "node_ms": tn / 1e6, "worst": worst}
+            results["sampled_split"] = {
+                "sample_ms": ts / 1e6,
+                "node_ms": tn / 1e6,
+                "worst": worst,
+                "windows": windows,
+            }
             # The split, and the weighted total against the real one: wall-time weights kept the
             # split and undercounted launch-bound steps, which tracing slows inside a window
             # (H100, 2026-12-06: 249 ms sampled, 709 ms with every record; docs/gpu.md); windows
-            # now weigh launches.
+            # now weigh launches. A run traced in one window proves nothing (2026-12-06 21:35 UTC:
+            # graph launches were not counted and the first window never closed).
             check(
                 "sampled split by HLO op",
-                worst <= 0.02 and 0.8 <= ts / tn <= 1.25,
+                worst <= 0.02 and 0.8 <= ts / tn <= 1.25 and windows >= 3,
                 f"largest difference of an HLO op's share of kernel time {worst:.2%}; kernel "
-                f"time {ts / 1e6:.1f} ms sampled, {tn / 1e6:.1f} ms with every record",
+                f"time {ts / 1e6:.1f} ms sampled in {windows} windows, {tn / 1e6:.1f} ms with "
+                "every record",
             )
         else:
             check("sampled split by HLO op", False, f"no kernel time: runs {sorted(runs)}")

@@ -199,7 +199,7 @@ def test_json_matches_schema(tmp_path):
     doc = json.loads(r.stdout)
     _validate(doc, SCHEMA)
     assert doc["findings"] and doc["findings"][0]["rule"] == "channels-last"
-    savings = [f["saving_share"] for f in doc["findings"]]
+    savings = [f["saving"] for f in doc["findings"]]
     assert savings == sorted(savings, reverse=True)
 
 

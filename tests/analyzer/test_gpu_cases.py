@@ -45,7 +45,7 @@ def test_shares_are_fractions(case, variant):
     for f in a.findings:
         assert 0 <= f.saving_share <= f.share <= 1, (f.rule, f.share, f.saving_share)
         assert 0 <= f.saving <= f.time <= f.total, (f.rule, f.saving, f.time, f.total)
-    ranked = [f.saving_share for f in a.findings]
+    ranked = [f.saving for f in a.findings]  # every rule here measures a time (ns)
     assert ranked == sorted(ranked, reverse=True)
 
 

@@ -40,7 +40,7 @@ FINDING = {
         "saving": {**_NUM, "description": "estimated saving, in the metric's unit"},
         "saving_share": {
             **_NUM,
-            "description": "saving / total (0..1), <= share; the ranking key",
+            "description": "saving / total (0..1), <= share",
         },
         "estimate": {**_STR, "description": "how the saving was estimated"},
         "suggestion": {**_STR, "description": "the code change to make"},
@@ -119,6 +119,10 @@ SCHEMA = {
                 "properties": {"rule": _STR, "message": _STR},
             },
         },
-        "findings": {"type": "array", "items": FINDING, "description": "ranked by saving_share"},
+        "findings": {
+            "type": "array",
+            "items": FINDING,
+            "description": "ranked by estimated saving (ns), then saving_share",
+        },
     },
 }

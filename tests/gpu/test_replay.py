@@ -597,6 +597,47 @@ def test_sampling_windows_count_graph_launches(replayed):
     assert stats["launch_calls"] == calls == stats["launches_expected"] + graphs
 
 
+def test_graph_node_records_weigh_graph_launches(replayed, tmp_path):
+    """A record weighs the launch calls of its own kind: a window that opens on setup work sees
+    kernel launches (XLA's autotuning, the model's first copies) in proportions the steps do not
+    repeat. Graph fixture: window 1 holds every eager launch and the first of 4 graph launches,
+    window 2 the last; the first graph launch's kernels stand for 3 graph launches, the eager
+    kernels for themselves."""
+    events, truth = replayed("graph")
+    recs = list(records(events, 1))
+    graph_apis = [
+        i for i, ev in enumerate(events) if ev["e"] == "api" and ev["api"] == "cudaGraphLaunch"
+    ]
+    corrs = [events[i]["corr"] for i in graph_apis]
+    assert len(corrs) == 4
+    of = {c: [r for r in recs if r["correlation"] == c] for c in corrs}
+    plain = [r for r in recs if r["graph_node"] == 0]
+    t0 = min(r["start"] for r in events[-1]["records"] if r["start"] > 0) - 1
+    marks = {
+        0: {"open": 1, "t": t0},
+        graph_apis[1]: {"open": 0, "t": max(r["end"] for r in of[corrs[0]]) + 1},
+        graph_apis[3]: {"open": 1, "t": min(r["start"] for r in of[corrs[3]]) - 1},
+    }
+    derived = []
+    for i, ev in enumerate(events):
+        if i in marks:
+            derived.append({"e": "window", "scale": 10, **marks[i]})
+        derived.append(ev)
+    end = max(r["end"] for r in recs) + 1
+    derived.append({"e": "window", "open": 0, "t": end, "scale": 0})
+    prof = _replay_events(derived, tmp_path, "sampled-graph-kinds")
+
+    def time(rs):
+        return sum(r["end"] - r["start"] for r in rs)
+
+    want = time(plain) + 3 * time(of[corrs[0]]) + time(of[corrs[3]])
+    assert prof.total("gpu_time") == pytest.approx(want, rel=1e-9)
+    # both kinds counted together would weigh all of window 1 (eager + 3) / (eager + 1) launches
+    eager = json.loads(truth.meta["gpu_stats"])["launches_expected"]
+    both = (eager + 3) / (eager + 1) * (time(plain) + time(of[corrs[0]])) + time(of[corrs[3]])
+    assert abs(both - want) > 0.05 * want
+
+
 def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path):
     """Sampling that never closed a window traced everything: weight 1, the plain totals."""
     events, truth = replayed("eager")

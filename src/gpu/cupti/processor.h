@@ -143,6 +143,7 @@ class Processor {
     uint64_t start, end;
     dctx_node node;
     int64_t window; /* sampling: gaps between two windows are not idle time */
+    bool graph;     /* a graph node's work: weighed by graph launches */
   };
   struct DeviceState {
     bool known = false;
@@ -203,8 +204,10 @@ class Processor {
   DeviceQuery query_;
   CorrelationMap correlations_;
   std::atomic<uint64_t> expected_{0};
-  /* Launch calls of kernels and of graphs, the unit of the sampling windows' weights. */
+  /* Launch calls of kernels and of graphs, and of graphs alone: the units of the sampling
+   * windows (a window closes after enough calls; a record weighs the calls of its own kind). */
   std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> graph_calls_{0};
   /* Timeline step of each correlation id's launch, indexed like the correlation map. Mapped
    * anonymous memory: no page is touched unless the timeline records. */
   static constexpr size_t kLaunchSteps = size_t{1} << 20;
@@ -226,33 +229,38 @@ class Processor {
   std::atomic<bool> calibrate_graphs_{false};
   dctx_node unattributed_node_ = 0;
 
-  /* Sampling windows, the newest last: times on CUPTI's clock and the launch calls (calls_) at
-   * opening and closing; close and calls_close UINT64_MAX while open. */
+  /* Sampling windows, the newest last: times on CUPTI's clock and the launch calls (all, and
+   * of graphs) at opening and closing; the closing ones UINT64_MAX while open. */
+  struct Calls {
+    uint64_t all, graphs;
+  };
   struct Window {
     int64_t index;
     uint64_t open, close;
-    uint64_t calls_open, calls_close;
+    Calls at_open, at_close;
   };
+  Calls calls_now() const;
   static constexpr size_t kMaxWindows = 256; /* records arrive within seconds of their window */
   mutable std::mutex windows_mutex_;         /* after mutex_ when both are held */
   std::vector<Window> windows_;
   int64_t windows_opened_ = 0;
   double scale_ = 1.0;
   bool sampling_ = false;
-  /* The newest window's additions, unweighted: (node << 32 | metric) -> sum. */
+  /* The newest window's additions, unweighted: (node << 32 | graph << 31 | metric) -> sum. */
   std::unordered_map<uint64_t, double> pending_;
   /* sampling: false for a record outside every window (counted); else its window and weight
    * (0: the newest window, weight not known yet). Without sampling: window 0, weight 1. */
   bool sampled(const dctx_gpu_activity &record, int64_t *window, double *weight);
   /* What window w stands for until the next opening (or the end of the run) at time `until`
-   * with `launches_until` launches counted: launches then over launches inside it, or by wall
-   * time when it saw no launch. */
-  double window_weight(const Window &w, uint64_t until, uint64_t launches_until) const;
+   * with `calls_until` counted, for a record of a graph node (graph) or not: the launch calls of
+   * that kind then over those inside the window; of either kind when it saw none of its own; by
+   * wall time when it saw no launch at all. */
+  double window_weight(const Window &w, uint64_t until, Calls calls_until, bool graph) const;
   /* Weight of window `index` (0 for the newest); windows_mutex_ held. */
-  double weight_of(int64_t index) const;
-  /* dctx_add of raw * weight, or into pending_ when weight is 0. */
-  void add(dctx_node node, dctx_metric metric, double raw, double weight);
-  void flush_pending(double weight);
+  double weight_of(int64_t index, bool graph) const;
+  /* dctx_add of raw * weight, or into pending_ (as a graph node's or not) when weight is 0. */
+  void add(dctx_node node, dctx_metric metric, double raw, double weight, bool graph = false);
+  void flush_pending(const Window &w, uint64_t until, Calls calls_until);
 
   dctx_metric m_gpu_time_, m_launches_, m_occupancy_, m_idle_, m_sync_, m_graph_time_;
   dctx_metric m_memcpy_time_, m_memcpy_bytes_, m_memset_time_, m_memset_bytes_;

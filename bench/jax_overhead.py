@@ -4,13 +4,14 @@
                                  [--markdown OUT] [--json OUT] [--diagnose DIR]
 
 Every configuration runs examples/jax/train.py (a jitted training step; the time per step after
-warm-up) in a fresh interpreter, `--repeat` times, interleaved: no profiler, `deepcontext run`,
+warm-up) in a fresh interpreter, `--repeat` times, interleaved: no profiler, `deepcontext run` (on
+a GPU: sampled GPU tracing, JAX's default; `node` for every record),
 `deepcontext run --no-jax-hlo-ops` (no NVTX thunk ranges: kernels under the jitted call site
 only), and jax.profiler (start_trace/stop_trace around the script). The table shows the best time
 per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
 with --long-factor times the steps (peak RSS should not grow with the number of steps).
 `--configs` may add "deepcontext, NVTX via CUPTI" (CUPTI as the NVTX injection, the old path);
-short names: nohlo, nocmdbuf (command buffers off), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
+short names: node (every GPU record), nohlo, nocmdbuf (command buffers off), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
 `--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
 the native frames where the launching thread spends its time (DIR/diagnose.dctx).
 Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
@@ -79,6 +80,7 @@ ALIASES = {
     "graphtrace": "deepcontext, graph-level records",
     "graphs": "deepcontext, graphs timed whole",
     "sample": "deepcontext, sampled",
+    "node": "deepcontext --cuda-graphs node",
 }
 STEPS_RE = re.compile(r"(\d+) steps in ([\d.]+) s")
 

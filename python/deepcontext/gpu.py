@@ -43,11 +43,12 @@ def add_arguments(parser) -> None:
         "--cuda-graphs",
         choices=("node", "graph", "sample"),
         default=None,
-        help="node (default): every kernel a CUDA graph replays, timed and placed where it was "
-        "captured; graph: each graph launch timed whole at its launch site; sample: as node, "
-        "but GPU activity traced 100 ms of every second, each record weighted by what its "
-        "window stands for (DEEPCONTEXT_CUPTI_SAMPLE=on_ms:period_ms); graph and sample are far "
-        "cheaper for graphs of many small kernels such as XLA's command buffers (docs/gpu.md)",
+        help="node (default, except for JAX): every kernel a CUDA graph replays, timed and placed "
+        "where it was captured; graph: each graph launch timed whole at its launch site; sample "
+        "(default when JAX starts the GPU tracing): as node, but GPU activity traced 100 ms of "
+        "every second, each record weighted by the launches its window stands for "
+        "(DEEPCONTEXT_CUPTI_SAMPLE=on_ms:period_ms); graph and sample are far cheaper for graphs "
+        "of many small kernels such as XLA's command buffers (docs/gpu.md)",
     )
 
 
@@ -103,7 +104,7 @@ class _ImportHook:  # a meta path finder (importlib.abc costs 60 ms to import)
     def find_spec(self, fullname, path, target=None):
         if fullname.partition(".")[0] in _TRIGGERS:
             _remove_finder()
-            _start()
+            _start(fullname.partition(".")[0])
         return None
 
 
@@ -123,8 +124,9 @@ def activate(options: dict) -> None:
     if not options.get("gpu", True):
         return
     _options = dict(options)
-    if any(name in sys.modules for name in _TRIGGERS):
-        _start()
+    present = [name for name in _TRIGGERS if name in sys.modules]
+    if present:
+        _start("jax" if set(present) <= {"jax", "jaxlib"} else present[0])
         return
     with _lock:
         if _finder is None:
@@ -150,7 +152,18 @@ def _say(message: str) -> None:
     print(f"deepcontext: {message}", file=sys.stderr, flush=True)
 
 
-def _start() -> None:
+def _graph_mode(framework: str) -> str | None:
+    """How CUDA graphs are traced (src/gpu/cupti/tracer.cpp): the user's choice, else sampled for
+    a JAX program (XLA's command buffers are graphs of many small kernels, whose per-node records
+    cost a launch-bound step up to 1.8x; docs/jax.md), else per node."""
+    if _options.get("cuda_graphs"):
+        return _options["cuda_graphs"]
+    if os.environ.get("DEEPCONTEXT_CUPTI_GRAPHS"):
+        return None  # read by the tracer itself
+    return "sample" if framework in ("jax", "jaxlib") else None
+
+
+def _start(framework: str = "") -> None:
     global _lib, _started, _message
     with _lock:
         if _started or _options is None:
@@ -166,8 +179,9 @@ def _start() -> None:
             _message = f"GPU metrics off: cannot load {os.path.basename(_LIBRARY)} ({exc})"
             _say(_message)
             return
-        if _options.get("cuda_graphs"):  # read by the tracer at start (src/gpu/cupti/tracer.cpp)
-            os.environ["DEEPCONTEXT_CUPTI_GRAPHS"] = _options["cuda_graphs"]
+        mode = _graph_mode(framework)
+        if mode:  # read by the tracer at start (src/gpu/cupti/tracer.cpp)
+            os.environ["DEEPCONTEXT_CUPTI_GRAPHS"] = mode
         record = _options.get("gpu_record") or os.environ.get("DEEPCONTEXT_CUPTI_RECORD")
         code = _lib.dctx_cupti_start(
             "\n".join(cupti_candidates()).encode(), record.encode() if record else None

@@ -118,8 +118,8 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
       if (prints || (sync_funcs.search(p, n) && sync_func_file.search(p, n))) wrappers.push_back(n);
     }
   }
-  // moving the model to the device (nn.Module.to/.cuda) synchronizes once per parameter: setup
-  // and XLA's autotuning synchronizes after each candidate kernel while compiling: the compiler's
+  // Not the step's: moving the model to the device (nn.Module.to/.cuda) synchronizes once per
+  // parameter, and XLA's autotuning after each candidate kernel while it compiles.
   std::erase_if(ops, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
   std::erase_if(wrappers, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
   std::unordered_set<int> op_set(ops.begin(), ops.end());

@@ -311,7 +311,9 @@ double Processor::window_weight(const Window &w, uint64_t until, Calls calls_unt
 }
 
 Processor::Calls Processor::calls_now() const {
-  return {calls_.load(std::memory_order_relaxed), graph_calls_.load(std::memory_order_relaxed)};
+  // Two counters read one after the other: never fewer calls in all than of graphs.
+  const uint64_t graphs = graph_calls_.load(std::memory_order_relaxed);
+  return {std::max(calls_.load(std::memory_order_relaxed), graphs), graphs};
 }
 
 void Processor::window_open(uint64_t ts) {

@@ -125,11 +125,12 @@ class Processor {
   /* Sampled tracing (tracer.cpp, --cuda-graphs sample): activity records are on only inside
    * windows. A record counts only if it starts and ends inside one window (a graph launch cut by
    * a window's end gets its unfinished nodes' end times from the next window: seen on the H100),
-   * and weighs the launch calls (of kernels and graphs) from its window's opening to the next
-   * one's over those made inside the window (by wall time, nominally period / on, when the window
-   * saw none). The newest window's additions wait until that is known: the next window's opening,
-   * or end_sampling at the end of the run. Windows open and close on CUPTI's clock. set_sampling
-   * before the first record; scale: the nominal weight. */
+   * and weighs the launch calls of its kind (graph launches for a graph node's record, the other
+   * launches for the rest) from its window's opening to the next one's over those made inside the
+   * window (of either kind when it saw none of its own; by wall time, nominally period / on, when
+   * it saw no launch). The newest window's additions wait until that is known: the next window's
+   * opening, or end_sampling at the end of the run. Windows open and close on CUPTI's clock.
+   * set_sampling before the first record; scale: the nominal weight. */
   void set_sampling(double scale);
   void window_open(uint64_t cupti_ts);
   void window_close(uint64_t cupti_ts);

@@ -76,3 +76,15 @@ def test_autotuning_while_compiling_is_left_out():
     for f in result.findings:
         for k in f.location["kernels"]:
             assert "Redzone" not in k["name"] and "DelayKernel" not in k["name"], f.summary
+
+
+def test_small_kernels_on_a_jax_profile_suggests_jax_fixes():
+    """The fixed program's per-step `running + loss` and `jnp.minimum` run eagerly: one tiny
+    kernel each, 200 times, from one line. small-kernels names them with JAX's remedies."""
+    result = analyze(profile("jax_sync_in_loop", "fixed"))
+    line = _line_of("jax_sync_in_loop", "running, best_t = running + loss")
+    found = [f for f in result.by_rule("small-kernels") if f.location["source"]["line"] == line]
+    assert found, [(f.rule, f.location.get("source")) for f in result.findings]
+    f = found[0]
+    assert f.evidence["launches"] == 400
+    assert "jax.jit" in f.suggestion and "torch.compile" not in f.suggestion

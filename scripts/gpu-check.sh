@@ -108,8 +108,9 @@ if want jax; then
   # JAX on the GPU (docs/jax.md): the example MLP and transformer profiled (share of kernel
   # gpu_time under an HLO op with a source line, through XLA's NVTX thunk ranges), step-time
   # overhead vs no profiler and jax.profiler (MLP, 4 layers, 100 steps), RSS at 100/400 steps,
-  # jax.profiler alongside; then the NVTX replay test. JAX_ARGS e.g. "--steps 50 --repeat 1";
-  # "--cuda-graphs sample --steps 10000" checks sampled tracing (split by HLO op vs every record).
+  # jax.profiler alongside; the MLP's sampled kernel time split by HLO op against every record
+  # (--split-steps, 60,000); then the NVTX replay test. JAX_ARGS e.g. "--steps 50 --repeat 1";
+  # "--cuda-graphs node" runs everything with every record (no split check).
   # shellcheck disable=SC2086
   (cd /tmp && PYTHONUNBUFFERED=1 timeout "${JAX_TIMEOUT:-420}" "$py" "$root/tests/jax/gpu_check.py" \
     --out "$out/jax" ${JAX_ARGS:-} 2>&1) | tee "$out/jax.log" | tail -14

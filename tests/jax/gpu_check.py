@@ -1,6 +1,6 @@
 """The JAX check on an NVIDIA GPU (scripts/gpu-check.sh step `jax`; needs jax with CUDA).
 
-    python tests/jax/gpu_check.py --out DIR [--steps 100] [--repeat 2]
+    python tests/jax/gpu_check.py --out DIR [--steps 100] [--repeat 2] [--split-steps 60000]
 
 1. Attribution: the example MLP (4 layers) and the small transformer, each profiled by
    `deepcontext run`; of all kernel gpu_time, the share under an HLO op node with a source line
@@ -10,6 +10,8 @@
    process, best of --repeat: no profiler, deepcontext, jax.profiler; peak RSS of deepcontext at
    N and 4N steps (flat in the number of steps). bench/jax_overhead.py (step jaxbench) compares
    more configurations, and its --diagnose shows where deepcontext's own time goes.
+   With the default (sampled) GPU tracing, also the MLP's kernel time split by HLO op over
+   --split-steps steps against a run with every record (--cuda-graphs node).
 3. Coexistence: jax.profiler.start_trace inside a deepcontext run: no crash, one message.
 
 Prints one PASS/FAIL line per check and a summary table; writes DIR/jax_gpu.json.
@@ -153,8 +155,11 @@ def main() -> int:
     ap.add_argument(
         "--cuda-graphs",
         choices=("node", "graph", "sample"),
-        help="passed to every deepcontext run; with sample, also the MLP's split of kernel time "
-        "by HLO op against a run with every record",
+        help="passed to every deepcontext run (default: JAX's, sampled); when sampled, the "
+        "MLP's split of kernel time by HLO op is also checked against a run with every record",
+    )
+    ap.add_argument(
+        "--split-steps", type=int, default=60000, help="MLP steps of the sampled split check"
     )
     args = ap.parse_args()
     graphs = ["--cuda-graphs", args.cuda_graphs] if args.cuda_graphs else []
@@ -275,13 +280,13 @@ def main() -> int:
         )
 
     # 2b. Sampled records against every record: the MLP's kernel time split by HLO op.
-    if args.cuda_graphs == "sample":
+    if args.cuda_graphs in (None, "sample"):
         runs, windows = {}, 0
         for mode in ("sample", "node"):
             prof = os.path.join(args.out, f"split-{mode}.dctx")
             rc, out, _ = run(
                 [py, "-m", "deepcontext", "run", "-q", "--cuda-graphs", mode, "-o", prof]
-                + [TRAIN, "--model", "mlp", "--steps", str(args.steps)]
+                + [TRAIN, "--model", "mlp", "--steps", str(args.split_steps)]
             )
             if rc == 0:
                 runs[mode] = attribution(prof)["by_hlo_op"]

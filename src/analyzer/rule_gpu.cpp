@@ -316,8 +316,7 @@ void small_kernels(const Query &q, const Context &, std::vector<Finding> &out) {
           "Give XLA more to fuse per launch: `jax.jit` the whole step rather than small pieces "
           "called from Python, turn Python loops over arrays into `jax.vmap` or `jax.lax.scan`, "
           "and batch small per-parameter updates into one flat array (`optax.flatten`). Keep XLA's "
-          "command buffers on (the default), which replay runs of "
-          "kernels as one CUDA graph.";
+          "command buffers on (the default), which replay runs of kernels as one CUDA graph.";
     } else if (optimizer) {
       f.suggestion =
           "Use the fused or multi-tensor optimizer: `torch.optim.AdamW(params, fused=True)` (or "

@@ -11,6 +11,7 @@
 
 #include "deepcontext/timeline.h"
 #include "occupancy.h"
+#include "recorder.h"
 
 namespace dctx::gpu {
 namespace {
@@ -51,24 +52,6 @@ std::string memcpy_name(const dctx_gpu_activity &r) {
   if (host == kMemoryPageable) name += " (pageable)";
   if (host == kMemoryPinned) name += " (pinned)";
   return name;
-}
-
-std::string json_escape(const char *s) {
-  std::string out;
-  for (; *s; ++s) {
-    const unsigned char c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
 }
 
 std::string triple(const int32_t v[3]) {
@@ -663,14 +646,16 @@ void Processor::publish_devices() {
   std::string json = "[";
   for (const auto &[ordinal, dev] : devices_) {
     const dctx_gpu_device &p = dev.props;
+    std::string name;
+    append_json_string(name, p.name);
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "%s{\"ordinal\": %u, \"name\": \"%s\", \"compute_capability\": \"%u.%u\", "
+                  "%s{\"ordinal\": %u, \"name\": %s, \"compute_capability\": \"%u.%u\", "
                   "\"sm_count\": %u, \"max_threads_per_sm\": %u, \"max_blocks_per_sm\": %u, "
                   "\"registers_per_sm\": %u, \"shared_memory_per_sm\": %u, \"clock_khz\": %u, "
                   "\"memory_clock_khz\": %u, \"total_memory\": %llu, \"idle_ns\": %.0f}",
-                  json.size() > 1 ? ", " : "", ordinal, json_escape(p.name).c_str(), p.cc_major,
-                  p.cc_minor, p.sm_count, p.max_threads_per_sm, p.max_blocks_per_sm, p.regs_per_sm,
+                  json.size() > 1 ? ", " : "", ordinal, name.c_str(), p.cc_major, p.cc_minor,
+                  p.sm_count, p.max_threads_per_sm, p.max_blocks_per_sm, p.regs_per_sm,
                   p.smem_per_sm, p.clock_khz, p.mem_clock_khz,
                   static_cast<unsigned long long>(p.total_mem), dev.idle_ns);
     json += buf;

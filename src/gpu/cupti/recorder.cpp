@@ -6,9 +6,8 @@
 #include <vector>
 
 namespace dctx::gpu {
-namespace {
 
-void append_string(std::string &out, const char *s) {
+void append_json_string(std::string &out, const char *s) {
   out += '"';
   for (; s && *s; ++s) {
     const unsigned char c = static_cast<unsigned char>(*s);
@@ -25,6 +24,8 @@ void append_string(std::string &out, const char *s) {
   }
   out += '"';
 }
+
+namespace {
 
 void append_uint(std::string &out, const char *key, uint64_t v) {
   out += ", \"";
@@ -73,11 +74,11 @@ void Recorder::write_path(std::string &out, dctx_node node) {
     const dctx_frame &f = frames[i];
     out += i ? ", [" : "[";
     out += std::to_string(static_cast<int>(f.kind)) + ", ";
-    append_string(out, f.name);
+    append_json_string(out, f.name);
     out += ", ";
-    append_string(out, f.file);
+    append_json_string(out, f.file);
     out += ", " + std::to_string(f.line) + ", ";
-    append_string(out, f.module);
+    append_json_string(out, f.module);
     out += "]";
   }
   out += "]";
@@ -86,7 +87,7 @@ void Recorder::write_path(std::string &out, dctx_node node) {
 void Recorder::api_enter(const std::string &name, int domain, uint32_t correlation, bool outermost,
                          dctx_node context, uint64_t now_ns) {
   std::string line = "{\"e\": \"api\", \"api\": ";
-  append_string(line, name.c_str());
+  append_json_string(line, name.c_str());
   append_uint(line, "tid", thread_id());
   append_uint(line, "domain", static_cast<uint64_t>(domain));
   append_uint(line, "corr", correlation);
@@ -140,7 +141,7 @@ void Recorder::buffer(const dctx_gpu_activity *records, size_t count, uint64_t d
       dctx_gpu_device d{};
       if (query_ && query_(r.device, &d)) {
         std::string dl = "{\"e\": \"device\", \"name\": ";
-        append_string(dl, d.name);
+        append_json_string(dl, d.name);
         append_uint(dl, "ordinal", d.ordinal);
         append_uint(dl, "cc_major", d.cc_major);
         append_uint(dl, "cc_minor", d.cc_minor);
@@ -178,7 +179,7 @@ void Recorder::buffer(const dctx_gpu_activity *records, size_t count, uint64_t d
     line += ", \"static_smem\": " + std::to_string(r.static_smem);
     line += ", \"dynamic_smem\": " + std::to_string(r.dynamic_smem);
     line += ", \"name\": ";
-    append_string(line, r.name ? r.name : "");
+    append_json_string(line, r.name ? r.name : "");
     line += "}";
   }
   line += "]}";

@@ -16,6 +16,9 @@
 
 namespace dctx::gpu {
 
+/* Appends s to out as a quoted JSON string (the recorder's lines, the gpu_devices metadata). */
+void append_json_string(std::string &out, const char *s);
+
 class Recorder {
  public:
   using DeviceQuery = std::function<bool(uint32_t ordinal, dctx_gpu_device *out)>;

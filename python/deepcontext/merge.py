@@ -27,8 +27,8 @@ from queue import Empty
 import numpy as np
 
 from .errors import UserError
-from .reader import APPLICATION_ID, FORMAT_VERSION, ProfileError, _open
-from .writer import SCHEMA
+from .reader import ProfileError, _open
+from .writer import fast_writes, insert_tables
 
 STATS = ("mean", "min", "max", "std", "imbalance")
 
@@ -541,17 +541,11 @@ def _rows(cols: list[np.ndarray], lo: int, hi: int):
     return zip(*(c[lo:hi].tolist() for c in cols), strict=True)
 
 
-def _fast(con: sqlite3.Connection) -> None:
-    con.execute("PRAGMA journal_mode=OFF")
-    con.execute("PRAGMA synchronous=OFF")
-    con.execute("PRAGMA cache_size=-131072")
-
-
 def _write_part(path: str, cols: list[np.ndarray], lo: int, hi: int) -> None:
     """In a forked child: rows [lo, hi) into a plain table of a scratch database."""
     con = sqlite3.connect(path)
     try:
-        _fast(con)
+        fast_writes(con)
         con.execute(_PART_TABLE)
         with con:
             con.executemany("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?, ?)", _rows(cols, lo, hi))
@@ -588,21 +582,17 @@ def _store(path, *, meta, strings, frames, nodes, metrics, node_metrics, node_pr
             children.append(proc)
         con = sqlite3.connect(tmp)
         try:
-            _fast(con)
-            con.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
-            con.executescript(SCHEMA)
-            with con:
-                meta = {"format_version": str(FORMAT_VERSION), **meta}
-                con.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-                con.executemany("INSERT INTO strings VALUES (?, ?)", strings)
-                con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)", frames)
-                con.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
-                con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
-                con.executemany(
-                    "INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)", _rows(cols, 0, own)
-                )
-                con.executemany("INSERT INTO node_props VALUES (?, ?, ?)", node_props)
+            fast_writes(con)
+            insert_tables(
+                con,
+                meta=meta,
+                strings=strings,
+                frames=frames,
+                nodes=nodes,
+                metrics=metrics,
+                node_metrics=_rows(cols, 0, own),
+                node_props=node_props,
+            )
             for proc, f in zip(children, scratch, strict=True):
                 proc.join()
                 if proc.exitcode != 0:

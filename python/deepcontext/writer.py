@@ -48,6 +48,39 @@ CREATE TABLE node_props (node INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NO
 """
 
 
+def fast_writes(con: sqlite3.Connection) -> None:
+    """A file written once and renamed into place needs no journal and no fsync."""
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    con.execute("PRAGMA cache_size=-131072")
+
+
+def insert_tables(
+    con: sqlite3.Connection,
+    *,
+    meta: dict[str, str],
+    strings: Iterable[tuple[int, str]],
+    frames: Iterable[tuple[int, int, int, int, int, int]],
+    nodes: Iterable[tuple[int, int, int]],
+    metrics: Iterable[tuple[int, str, str, str]],
+    node_metrics: Iterable[tuple[int, int, float, int, float, float, float]],
+    node_props: Iterable[tuple[int, str, str]] = (),
+) -> None:
+    """The format's header and tables into an empty database, the rows in one transaction."""
+    con.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
+    con.executescript(SCHEMA)
+    with con:
+        meta = {"format_version": str(FORMAT_VERSION), **meta}
+        con.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        con.executemany("INSERT INTO strings VALUES (?, ?)", strings)
+        con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)", frames)
+        con.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+        con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
+        con.executemany("INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)", node_metrics)
+        con.executemany("INSERT INTO node_props VALUES (?, ?, ?)", node_props)
+
+
 def write_tables(
     path: str | os.PathLike,
     *,
@@ -66,21 +99,17 @@ def write_tables(
         os.unlink(tmp)
     con = sqlite3.connect(tmp)
     try:
-        con.execute("PRAGMA journal_mode=OFF")
-        con.execute("PRAGMA synchronous=OFF")
-        con.execute("PRAGMA cache_size=-131072")
-        con.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
-        con.executescript(SCHEMA)
-        with con:
-            meta = {"format_version": str(FORMAT_VERSION), **meta}
-            con.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-            con.executemany("INSERT INTO strings VALUES (?, ?)", strings)
-            con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)", frames)
-            con.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
-            con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
-            con.executemany("INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)", node_metrics)
-            con.executemany("INSERT INTO node_props VALUES (?, ?, ?)", node_props)
+        fast_writes(con)
+        insert_tables(
+            con,
+            meta=meta,
+            strings=strings,
+            frames=frames,
+            nodes=nodes,
+            metrics=metrics,
+            node_metrics=node_metrics,
+            node_props=node_props,
+        )
         con.close()
         os.replace(tmp, path)
     except BaseException:

@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..errors import ProfileError, UserError
 from ..reader import Profile, load
@@ -200,26 +200,9 @@ class Analysis:
         return [f for f in self.findings if f.rule == rule_id]
 
 
-_FINDING_KEYS = (
-    "rule",
-    "title",
-    "summary",
-    "metric",
-    "time",
-    "share",
-    "total",
-    "saving",
-    "saving_share",
-    "estimate",
-    "suggestion",
-    "location",
-    "evidence",
-    "nodes",
-)
-
-
 def _finding(d: dict) -> Finding:
-    f = Finding(**{k: d[k] for k in _FINDING_KEYS})
+    # Every field but `node` is a key of the C++ engine's dict; `node` is inside its location.
+    f = Finding(**{k.name: d[k.name] for k in fields(Finding) if k.name != "node"})
     f.node = d["location"]["node"]
     return f
 

@@ -103,7 +103,7 @@ def test_diff_ranks_the_grown_function(server):
     assert status == 200
     d = json.loads(body)
     assert d["available"] and d["count"] > 0
-    # variant b sorts twice as many strings: sort_strings' subtree grew
+    # variant b sorts four times as many strings: sort_strings' subtree grew
     grown = [e for e in d["entries"] if any("sort_strings" in p for p in e["path"])]
     assert grown
     assert (

@@ -81,18 +81,9 @@ def insert_tables(
         con.executemany("INSERT INTO node_props VALUES (?, ?, ?)", node_props)
 
 
-def write_tables(
-    path: str | os.PathLike,
-    *,
-    meta: dict[str, str],
-    strings: Iterable[tuple[int, str]],
-    frames: Iterable[tuple[int, int, int, int, int, int]],
-    nodes: Iterable[tuple[int, int, int]],
-    metrics: Iterable[tuple[int, str, str, str]],
-    node_metrics: Iterable[tuple[int, int, float, int, float, float, float]],
-    node_props: Iterable[tuple[int, str, str]] = (),
-) -> None:
-    """Write already-built rows as a .dctx file at `path` (temp file, then rename)."""
+def write_tables(path: str | os.PathLike, **tables) -> None:
+    """Write already-built rows (insert_tables' keyword arguments) as a .dctx file at `path`
+    (temp file, then rename)."""
     path = os.fspath(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     if os.path.exists(tmp):
@@ -100,16 +91,7 @@ def write_tables(
     con = sqlite3.connect(tmp)
     try:
         fast_writes(con)
-        insert_tables(
-            con,
-            meta=meta,
-            strings=strings,
-            frames=frames,
-            nodes=nodes,
-            metrics=metrics,
-            node_metrics=node_metrics,
-            node_props=node_props,
-        )
+        insert_tables(con, **tables)
         con.close()
         os.replace(tmp, path)
     except BaseException:

@@ -136,6 +136,20 @@ ApiInfo Processor::make_api(std::string_view cupti_name) const {
   return info;
 }
 
+// A launch call counted (add) or taken back: kernel launches await a record (expected_); launch
+// calls of kernels and of graphs are the sampling windows' units (calls_, graph_calls_).
+void Processor::count_launch(dctx_gpu_api_kind kind, bool add) {
+  auto bump = [add](std::atomic<uint64_t> &counter) {
+    if (add)
+      counter.fetch_add(1, std::memory_order_relaxed);
+    else
+      counter.fetch_sub(1, std::memory_order_relaxed);
+  };
+  if (kind == DCTX_GPU_API_LAUNCH) bump(expected_);
+  if (kind == DCTX_GPU_API_LAUNCH || kind == DCTX_GPU_API_GRAPH_LAUNCH) bump(calls_);
+  if (kind == DCTX_GPU_API_GRAPH_LAUNCH) bump(graph_calls_);
+}
+
 void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation,
                           dctx_node context, uint64_t now_ns) {
   if (state.depth++ == 0) {
@@ -150,10 +164,7 @@ void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t corre
     state.enter_ns = now_ns;
     state.enter_step = dctx_timeline_step();
     state.captured = false;
-    if (api.kind == DCTX_GPU_API_LAUNCH) expected_.fetch_add(1, std::memory_order_relaxed);
-    if (api.kind == DCTX_GPU_API_LAUNCH || api.kind == DCTX_GPU_API_GRAPH_LAUNCH)
-      calls_.fetch_add(1, std::memory_order_relaxed);
-    if (api.kind == DCTX_GPU_API_GRAPH_LAUNCH) graph_calls_.fetch_add(1, std::memory_order_relaxed);
+    count_launch(api.kind, true);
   }
   if (dctx_timeline_on() && launch_steps_ != nullptr)
     __atomic_store_n(&launch_steps_[correlation & (kLaunchSteps - 1)], dctx_timeline_step(),
@@ -165,13 +176,7 @@ void Processor::api_exit(ThreadState &state, uint64_t now_ns, bool failed) {
   if (state.depth == 0 || --state.depth != 0) return;
   if (state.info->kind == DCTX_GPU_API_SYNC && now_ns > state.enter_ns)
     dctx_add(state.node, m_sync_, static_cast<double>(now_ns - state.enter_ns));
-  if (state.info->kind == DCTX_GPU_API_LAUNCH && (failed || state.captured))
-    expected_.fetch_sub(1, std::memory_order_relaxed);
-  if ((state.info->kind == DCTX_GPU_API_LAUNCH || state.info->kind == DCTX_GPU_API_GRAPH_LAUNCH) &&
-      (failed || state.captured))
-    calls_.fetch_sub(1, std::memory_order_relaxed);
-  if (state.info->kind == DCTX_GPU_API_GRAPH_LAUNCH && (failed || state.captured))
-    graph_calls_.fetch_sub(1, std::memory_order_relaxed);
+  if (failed || state.captured) count_launch(state.info->kind, false);  // launched nothing
   if (dctx_timeline_on())  // the call on its CPU thread (steady clock: CLOCK_MONOTONIC)
     dctx_timeline_record(
         state.info->kind == DCTX_GPU_API_SYNC ? DCTX_FRAME_SYNC : DCTX_FRAME_GPU_API, state.node,

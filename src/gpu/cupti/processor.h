@@ -209,6 +209,7 @@ class Processor {
    * windows (a window closes after enough calls; a record weighs the calls of its own kind). */
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> graph_calls_{0};
+  void count_launch(dctx_gpu_api_kind kind, bool add);
   /* Timeline step of each correlation id's launch, indexed like the correlation map. Mapped
    * anonymous memory: no page is touched unless the timeline records. */
   static constexpr size_t kLaunchSteps = size_t{1} << 20;

@@ -120,8 +120,9 @@ void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
   }
   // Not the step's: moving the model to the device (nn.Module.to/.cuda) synchronizes once per
   // parameter, and XLA's autotuning after each candidate kernel while it compiles.
-  std::erase_if(ops, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
-  std::erase_if(wrappers, [&](int n) { return in_model_transfer(q, n) || q.compiling(n); });
+  auto setup = [&](int n) { return in_model_transfer(q, n) || q.compiling(n); };
+  std::erase_if(ops, setup);
+  std::erase_if(wrappers, setup);
   std::unordered_set<int> op_set(ops.begin(), ops.end());
   std::vector<int> all = ops;
   all.insert(all.end(), wrappers.begin(), wrappers.end());

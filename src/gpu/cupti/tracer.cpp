@@ -619,6 +619,19 @@ void CUPTIAPI Tracer::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_
   buffer_pool().put(buffer);
 }
 
+// The fields that every activity record decoded here carries (kernel, copy, memset, graph launch).
+template <typename Record>
+void common_fields(const Record *r, dctx_gpu_activity_kind kind, dctx_gpu_activity &a) {
+  a.kind = kind;
+  a.correlation = r->correlationId;
+  a.start = r->start;
+  a.end = r->end;
+  a.device = r->deviceId;
+  a.context = r->contextId;
+  a.stream = r->streamId;
+  a.graph_id = r->graphId;
+}
+
 void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid) {
   if (!processor_) return;
   // Diagnostic (bench/gpu_overhead.py's deepcontext-cupti-discard): records taken and dropped
@@ -636,14 +649,7 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
         // Kernel10 (CUPTI 13.0) and Kernel11 (13.1+) share every field read here; 13.0 headers
         // lack Kernel11.
         const auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(record);
-        a.kind = DCTX_GPU_KERNEL;
-        a.correlation = k->correlationId;
-        a.start = k->start;
-        a.end = k->end;
-        a.device = k->deviceId;
-        a.context = k->contextId;
-        a.stream = k->streamId;
-        a.graph_id = k->graphId;
+        common_fields(k, DCTX_GPU_KERNEL, a);
         a.graph_node = k->graphNodeId;
         a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
         a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
@@ -655,14 +661,7 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto *m = reinterpret_cast<const CUpti_ActivityMemcpy6 *>(record);
-        a.kind = DCTX_GPU_MEMCPY;
-        a.correlation = m->correlationId;
-        a.start = m->start;
-        a.end = m->end;
-        a.device = m->deviceId;
-        a.context = m->contextId;
-        a.stream = m->streamId;
-        a.graph_id = m->graphId;
+        common_fields(m, DCTX_GPU_MEMCPY, a);
         a.graph_node = m->graphNodeId;
         a.bytes = m->bytes;
         a.copy_kind = m->copyKind;
@@ -672,26 +671,12 @@ void Tracer::buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, s
       }
       case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: {
         const auto *g = reinterpret_cast<const CUpti_ActivityGraphTrace2 *>(record);
-        a.kind = DCTX_GPU_GRAPH;
-        a.correlation = g->correlationId;
-        a.start = g->start;
-        a.end = g->end;
-        a.device = g->deviceId;
-        a.context = g->contextId;
-        a.stream = g->streamId;
-        a.graph_id = g->graphId;
+        common_fields(g, DCTX_GPU_GRAPH, a);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto *m = reinterpret_cast<const CUpti_ActivityMemset4 *>(record);
-        a.kind = DCTX_GPU_MEMSET;
-        a.correlation = m->correlationId;
-        a.start = m->start;
-        a.end = m->end;
-        a.device = m->deviceId;
-        a.context = m->contextId;
-        a.stream = m->streamId;
-        a.graph_id = m->graphId;
+        common_fields(m, DCTX_GPU_MEMSET, a);
         a.graph_node = m->graphNodeId;
         a.bytes = m->bytes;
         break;

@@ -123,7 +123,9 @@ def _libraries():
     return core, gpu
 
 
-def replay(events: list[dict]) -> None:
+def replay(events: list[dict], observe=None) -> None:
+    """Feeds the fixture's events to the GPU layer in order; observe(ev), when given, sees each
+    event before the layer does (tests/timeline ends its steps from there)."""
     core, gpu = _libraries()
     nodes: dict[tuple, int] = {}
 
@@ -140,6 +142,8 @@ def replay(events: list[dict]) -> None:
     r = gpu.dctx_cupti_replay_open()
     assert r, "the core is not active"
     for ev in events:
+        if observe:
+            observe(ev)
         e = ev["e"]
         if e == "device":
             d = Device(ordinal=ev["ordinal"], name=ev["name"].encode())

@@ -32,21 +32,6 @@ DEFAULT_UNITS = {
     "instructions": "instructions",
 }
 
-SCHEMA = """
-CREATE TABLE meta    (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
-CREATE TABLE frames  (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, name INTEGER NOT NULL,
-                      file INTEGER NOT NULL, line INTEGER NOT NULL, module INTEGER NOT NULL);
-CREATE TABLE nodes   (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEGER NOT NULL);
-CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, unit TEXT NOT NULL,
-                      description TEXT NOT NULL);
-CREATE TABLE node_metrics (node INTEGER NOT NULL, metric INTEGER NOT NULL, sum REAL NOT NULL,
-                      count INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
-                      inc REAL NOT NULL, PRIMARY KEY (node, metric)) WITHOUT ROWID;
-CREATE TABLE node_props (node INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-                      PRIMARY KEY (node, key)) WITHOUT ROWID;
-"""
-
 
 def fast_writes(con: sqlite3.Connection) -> None:
     """A file written once and renamed into place needs no journal and no fsync."""
@@ -69,7 +54,9 @@ def insert_tables(
     """The format's header and tables into an empty database, the rows in one transaction."""
     con.execute(f"PRAGMA application_id={APPLICATION_ID}")
     con.execute(f"PRAGMA user_version={FORMAT_VERSION}")
-    con.executescript(SCHEMA)
+    from . import _core  # the tables as the native writer defines them (src/store/writer.cpp)
+
+    con.executescript(_core.PROFILE_SCHEMA)
     with con:
         meta = {"format_version": str(FORMAT_VERSION), **meta}
         con.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())

@@ -10,6 +10,7 @@
 #include "monitor/session.h"
 #include "python/context_call.h"
 #include "python/module_hooks.h"
+#include "store/writer.h"
 #include "tree/cct.h"
 
 namespace nb = nanobind;
@@ -30,6 +31,7 @@ std::string library_path() {
 
 NB_MODULE(_core, m) {
   m.doc() = "Native core of DeepContext (calling-context tree, sampler, .dctx writer).";
+  m.attr("PROFILE_SCHEMA") = dctx::profile_schema();
   dctx::bind_module_hooks(m);
   dctx::bind_context_call(m);
   m.def(

@@ -14,7 +14,7 @@ namespace {
 constexpr int kFormatVersion = 1;
 constexpr int kApplicationId = 0x44435458;  // "DCTX"
 
-const char *kSchema = R"sql(
+constexpr const char *kSchema = R"sql(
 CREATE TABLE meta    (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
 CREATE TABLE frames  (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, name INTEGER NOT NULL,
@@ -134,6 +134,8 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
 }
 
 }  // namespace
+
+const char *profile_schema() { return kSchema; }
 
 std::string write_profile(const Snapshot &snap, const std::string &path) {
   const timeline::Window tl = timeline::collect(snap.parent.size());

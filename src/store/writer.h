@@ -8,6 +8,10 @@
 
 namespace dctx {
 
+// The CREATE TABLE statements of the format: the one definition, also used by the Python writer
+// (deepcontext/writer.py, through _core.PROFILE_SCHEMA) and the C++ tests.
+const char *profile_schema();
+
 // Returns "" on success, else a one-line error.
 std::string write_profile(const Snapshot &snap, const std::string &path);
 

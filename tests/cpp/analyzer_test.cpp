@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analyzer/engine.h"
+#include "store/writer.h"
 
 namespace {
 
@@ -32,20 +33,9 @@ Small write_small() {
   std::remove(s.path.c_str());
   sqlite3 *db = nullptr;
   EXPECT_EQ(sqlite3_open(s.path.c_str(), &db), SQLITE_OK);
+  exec(db, "PRAGMA application_id = 1145263192; PRAGMA user_version = 1;");
+  exec(db, dctx::profile_schema());
   exec(db, R"(
-    PRAGMA application_id = 1145263192; PRAGMA user_version = 1;
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
-    CREATE TABLE frames (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, name INTEGER NOT NULL,
-                         file INTEGER NOT NULL, line INTEGER NOT NULL, module INTEGER NOT NULL);
-    CREATE TABLE nodes (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEGER NOT NULL);
-    CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, unit TEXT NOT NULL,
-                          description TEXT NOT NULL);
-    CREATE TABLE node_metrics (node INTEGER NOT NULL, metric INTEGER NOT NULL, sum REAL NOT NULL,
-                               count INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
-                               inc REAL NOT NULL, PRIMARY KEY (node, metric)) WITHOUT ROWID;
-    CREATE TABLE node_props (node INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-                             PRIMARY KEY (node, key)) WITHOUT ROWID;
     INSERT INTO meta VALUES ('cpu_count', '8'), ('torch_num_threads', '16');
     INSERT INTO strings VALUES (0, ''), (1, 'train'), (2, '/src/train.py'), (3, 'model'),
       (4, 'aten::index'), (5, 'backward'), (6, 'aten::index_put_'), (7, 'relu'),

@@ -159,6 +159,27 @@ def _open(path: str) -> sqlite3.Connection:
     return con
 
 
+def read_header(con: sqlite3.Connection, path: str) -> tuple[dict[str, str], dict[int, Frame]]:
+    """A profile's integrity check, metadata and frames (strings resolved): what every reader of
+    the tree needs before its nodes."""
+    check = con.execute("PRAGMA quick_check").fetchone()[0]
+    if check != "ok":
+        raise ProfileError(f"{path}: corrupt profile (integrity check: {check})")
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    strings = dict(con.execute("SELECT id, s FROM strings"))
+    strings.setdefault(0, "")
+    frames: dict[int, Frame] = {}
+    for fid, kind, name, file, line, module in con.execute(
+        "SELECT id, kind, name, file, line, module FROM frames"
+    ):
+        kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
+        frames[fid] = Frame(
+            kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
+        )
+    frames.setdefault(0, Frame("root", "", "", 0, ""))
+    return meta, frames
+
+
 class Profile:
     """A loaded profile: the tree, its frames, metrics and metadata."""
 
@@ -173,22 +194,7 @@ class Profile:
             con.close()
 
     def _load(self, con: sqlite3.Connection) -> None:
-        check = con.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise ProfileError(f"{self.path}: corrupt profile (integrity check: {check})")
-        self.meta: dict[str, str] = dict(con.execute("SELECT key, value FROM meta"))
-        strings = dict(con.execute("SELECT id, s FROM strings"))
-        strings.setdefault(0, "")
-        frames: dict[int, Frame] = {}
-        for fid, kind, name, file, line, module in con.execute(
-            "SELECT id, kind, name, file, line, module FROM frames"
-        ):
-            kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
-            frames[fid] = Frame(
-                kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
-            )
-        frames.setdefault(0, Frame("root", "", "", 0, ""))
-        self.frames = frames
+        self.meta, self.frames = read_header(con, self.path)
         rows = con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall()
         n = (rows[-1][0] + 1) if rows else 1
         self.node_parent = [0] * n

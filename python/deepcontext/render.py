@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
-from .reader import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open
+from .reader import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open, read_header
 
 _MARKED_KINDS = {"scope", "module", "thread", "step", "backward"}
 
@@ -288,21 +288,7 @@ def load_tree(
 
 
 def _read_tree(con: sqlite3.Connection, path: str, metrics) -> Tree:
-    check = con.execute("PRAGMA quick_check").fetchone()[0]
-    if check != "ok":
-        raise ProfileError(f"{path}: corrupt profile (integrity check: {check})")
-    meta = dict(con.execute("SELECT key, value FROM meta"))
-    strings = dict(con.execute("SELECT id, s FROM strings"))
-    strings.setdefault(0, "")
-    frames = {}
-    for fid, kind, name, file, line, module in con.execute(
-        "SELECT id, kind, name, file, line, module FROM frames"
-    ):
-        kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
-        frames[fid] = Frame(
-            kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
-        )
-    frames.setdefault(0, Frame("root", "", "", 0, ""))
+    meta, frames = read_header(con, path)
     rows = np.array(
         con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall(), dtype=np.int64
     ).reshape(-1, 3)

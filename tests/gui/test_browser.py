@@ -43,13 +43,14 @@ def hot_function_rule():
     REGISTRY.pop("gui-test-hot-function", None)
 
 
-def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
-    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+def browse(script: str, *profiles: str) -> dict:
+    """Serves the profiles with the GUI server and runs one of gui/e2e's browser scripts against
+    it (screenshots into SCREENSHOTS); returns its result line, with no failed check."""
     SCREENSHOTS.mkdir(exist_ok=True)
-    server = GuiServer(str(profile_b), str(profile_a)).start()
+    server = GuiServer(*profiles).start()
     try:
         r = subprocess.run(
-            ["node", "e2e/views.mjs", server.url, str(SCREENSHOTS)],
+            ["node", script, server.url, str(SCREENSHOTS)],
             cwd=ROOT / "gui",
             capture_output=True,
             text=True,
@@ -62,6 +63,12 @@ def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
     result = json.loads(out[-1])
     assert result["failures"] == [], result["failures"]
     assert r.returncode == 0, r.stderr[-2000:]
+    return result
+
+
+def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
+    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+    result = browse("e2e/views.mjs", str(profile_b), str(profile_a))
     assert len(result["checks"]) >= 30
     for view in [
         "flame",
@@ -91,21 +98,6 @@ def test_gpu_profile_in_a_real_browser(tmp_path):
     assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
     out = tmp_path / "gpu.dctx"
     subprocess.run([sys.executable, str(REPLAY), str(EAGER), str(out)], check=True, timeout=120)
-    SCREENSHOTS.mkdir(exist_ok=True)
-    server = GuiServer(str(out)).start()
-    try:
-        r = subprocess.run(
-            ["node", "e2e/gpu.mjs", server.url, str(SCREENSHOTS)],
-            cwd=ROOT / "gui",
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        server.close()
-    out_lines = r.stdout.strip().splitlines()
-    assert out_lines, r.stderr[-2000:]
-    result = json.loads(out_lines[-1])
-    assert result["failures"] == [], result["failures"]
+    result = browse("e2e/gpu.mjs", str(out))
     assert len(result["checks"]) == 5
     assert (SCREENSHOTS / "gpu-flame.png").stat().st_size > 5000

@@ -39,7 +39,7 @@ if want build; then
   export PKG_CONFIG=$prefix/usr/bin/pkgconf
   export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # The machine's own libsqlite3.so.0 with the carried headers (Debian's .a is not PIC).
-  export CMAKE_ARGS="-DSQLite3_INCLUDE_DIR=$prefix/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 -DPKG_CONFIG_EXECUTABLE=$PKG_CONFIG"
+  export CMAKE_ARGS="-DSQLite3_INCLUDE_DIR=$prefix/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 -DPKG_CONFIG_EXECUTABLE=$PKG_CONFIG -Dnlohmann_json_DIR=$prefix/usr/share/cmake/nlohmann_json"
   export CMAKE_BUILD_PARALLEL_LEVEL=16
   if "$py" -m pip install --no-build-isolation --no-deps -q . >"$out/build.log" 2>&1; then
     row build ok $((SECONDS - t0)) "$(cd /tmp && "$py" -c 'import deepcontext, os; d=os.path.dirname(deepcontext.__file__); print(" ".join(sorted(f for f in os.listdir(d) if f.endswith(".so"))))')"

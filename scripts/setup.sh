@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-packages=(build-essential pkg-config libunwind-dev libsqlite3-dev googletest chromium)
+packages=(build-essential pkg-config libunwind-dev libsqlite3-dev nlohmann-json3-dev googletest chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -67,7 +67,8 @@ class Value {
   // Python str(): ints in decimal, floats as repr, strings as they are, True/False/None.
   std::string str() const;
 
-  // Parses JSON (with Python's json.loads extensions NaN, Infinity); false on a syntax error.
+  // Parses JSON (nlohmann/json, objects in their order); false on a syntax error, which
+  // includes Python's non-standard NaN and Infinity.
   static bool parse(std::string_view text, Value &out);
 
  private:

@@ -122,3 +122,29 @@ TEST(AnalyzerEngine, BuiltinRulesFireAndRank) {
 }
 
 }  // namespace
+
+// Metadata JSON as Python's json.dumps writes it: objects keep their order, integers stay
+// integers, escapes decode to UTF-8; what is not JSON (Python's NaN included) is refused.
+TEST(AnalyzerValue, ParsesMetadataJson) {
+  Value v;
+  ASSERT_TRUE(Value::parse(
+      R"({"b": 1, "a": [2.5, -3, true, null], "s": "caf\u00e9 \ud83d\ude00", "big": 18446744073709551615})",
+      v));
+  ASSERT_TRUE(v.is_dict());
+  ASSERT_EQ(v.fields().size(), 4u);
+  EXPECT_EQ(v.fields()[0].first, "b");
+  EXPECT_EQ(v.fields()[1].first, "a");
+  EXPECT_EQ(v.get("b")->type(), Value::Type::kInt);
+  const Value &a = *v.get("a");
+  ASSERT_EQ(a.items().size(), 4u);
+  EXPECT_EQ(a.items()[0].type(), Value::Type::kFloat);
+  EXPECT_DOUBLE_EQ(a.items()[0].as_float(), 2.5);
+  EXPECT_EQ(a.items()[1].as_int(), -3);
+  EXPECT_EQ(a.items()[2].type(), Value::Type::kBool);
+  EXPECT_TRUE(a.items()[3].is_null());
+  EXPECT_EQ(v.get("s")->as_string(), "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(v.get("big")->type(), Value::Type::kFloat);
+  EXPECT_FALSE(Value::parse("{\"a\": 1,}", v));
+  EXPECT_FALSE(Value::parse("[1] 2", v));
+  EXPECT_FALSE(Value::parse("{\"a\": NaN}", v));
+}

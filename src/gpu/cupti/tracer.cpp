@@ -173,6 +173,8 @@ BufferPool &buffer_pool() {
 }
 constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+// Sampling: the launch calls the first window waits for by default (duty_loop).
+constexpr unsigned long long kFirstWindowCalls = 5000;
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -205,7 +207,7 @@ class Tracer {
   void resource_callback(CUpti_CallbackId cbid, const CUpti_ResourceData *data);
   void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t valid);
   void wait_for_records();
-  void duty_loop(uint32_t on_ms, uint32_t period_ms);
+  void duty_loop(uint32_t on_ms, uint32_t period_ms, uint64_t first_calls);
 
   CuptiApi api_;
   void *lib_ = nullptr;
@@ -226,6 +228,7 @@ class Tracer {
   bool duty_running_ = false;
   pid_t duty_pid_ = 0;
   uint32_t duty_on_ms_ = 0, duty_period_ms_ = 0;
+  uint64_t duty_first_calls_ = 0;
   std::mutex duty_mu_;
   std::condition_variable duty_cv_;
   bool duty_stop_ = false;
@@ -395,22 +398,31 @@ int Tracer::start(const char *candidates, const char *record_path) {
   if (r == CUPTI_SUCCESS && graphs == "graph")
     r = api_.activity_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   uint32_t sample_on = 0, sample_period = 0;
+  unsigned long long first_calls = kFirstWindowCalls;
   if (graphs == "sample") {
-    // Per-kernel records in windows of on_ms every period_ms (DEEPCONTEXT_CUPTI_SAMPLE, default
-    // 100:1000), each record weighted by what its window stands for (nominally period / on): the
-    // per-node instrumentation of graph launches is paid a tenth of the time (docs/gpu.md).
+    // Per-kernel records in windows of on_ms every period_ms (DEEPCONTEXT_CUPTI_SAMPLE,
+    // on_ms:period_ms[:first_window_calls], default 100:1000:5000), each record weighted by what
+    // its window stands for (nominally period / on): the per-node instrumentation of graph
+    // launches is paid a tenth of the time (docs/gpu.md).
     const char *env = std::getenv("DEEPCONTEXT_CUPTI_SAMPLE");
-    if (!env || std::sscanf(env, "%u:%u", &sample_on, &sample_period) != 2 || sample_on == 0 ||
-        sample_period <= sample_on) {
-      if (env) dctx_note("DEEPCONTEXT_CUPTI_SAMPLE is not on_ms:period_ms (on < period): 100:1000");
+    const int fields =
+        env ? std::sscanf(env, "%u:%u:%llu", &sample_on, &sample_period, &first_calls) : 0;
+    if (fields < 2 || sample_on == 0 || sample_period <= sample_on) {
+      if (env) {
+        dctx_note(
+            "DEEPCONTEXT_CUPTI_SAMPLE is not on_ms:period_ms[:first_window_calls] (on < period): "
+            "100:1000:5000");
+      }
       sample_on = 100;
       sample_period = 1000;
+      first_calls = kFirstWindowCalls;
     }
     processor_->set_sampling(double(sample_period) / double(sample_on));
     processor_->window_open(enabled_at);
     if (recorder_) recorder_->window(true, enabled_at, sample_period / sample_on);
     const std::string windows = std::to_string(sample_on) + ":" + std::to_string(sample_period);
     dctx_set_meta("cupti_sample_windows_ms", windows.c_str());
+    dctx_set_meta("cupti_sample_first_window_calls", std::to_string(first_calls).c_str());
   }
   dctx_set_meta("cupti_graph_tracing", std::string(graphs).c_str());
   if (r != CUPTI_SUCCESS) {
@@ -430,10 +442,11 @@ int Tracer::start(const char *candidates, const char *record_path) {
     duty_stop_ = false;
     duty_on_ms_ = sample_on;
     duty_period_ms_ = sample_period;
+    duty_first_calls_ = first_calls;
     duty_pid_ = getpid();
     auto body = [](void *self) -> void * {
       auto *t = static_cast<Tracer *>(self);
-      t->duty_loop(t->duty_on_ms_, t->duty_period_ms_);
+      t->duty_loop(t->duty_on_ms_, t->duty_period_ms_, t->duty_first_calls_);
       return nullptr;
     };
     duty_running_ = pthread_create(&duty_, nullptr, body, this) == 0;
@@ -480,15 +493,15 @@ void Tracer::wait_for_records() {
 // windows (10,000 JAX MLP steps on the H100 ran in the off time after windows spent on import and
 // compilation, and left one kernel record). Graph launches count: a JAX step is one or a few of
 // them, and counting kernel launches alone kept the first window open for a whole 60,000-step run.
-void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms) {
-  constexpr uint64_t kMinFirstWindowCalls = 5000, kMinWindowCalls = 200;
+void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms, uint64_t first_calls) {
+  constexpr uint64_t kMinWindowCalls = 200;
   std::unique_lock lock(duty_mu_);
   bool on = true, first = true;
   while (!duty_stop_) {
     const uint32_t wait = on ? on_ms : period_ms - on_ms;
     if (duty_cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return duty_stop_; }))
       break;
-    const uint64_t need = first ? kMinFirstWindowCalls : kMinWindowCalls;
+    const uint64_t need = first ? first_calls : kMinWindowCalls;
     if (on && processor_->calls_in_window() < need) continue;
     first = false;
     on = !on;

@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("jax")
 
-from jax_helpers import EXAMPLES, run_deepcontext  # noqa: E402
+from jax_helpers import EXAMPLES  # noqa: E402
+from program_helpers import run_deepcontext  # noqa: E402
 
 
 @pytest.fixture(scope="session")

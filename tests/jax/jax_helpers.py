@@ -1,46 +1,14 @@
-"""Helpers for the JAX tests: run a program under `deepcontext run` in a fresh interpreter and
-measure where the CPU time of XLA's threads went."""
+"""Helpers for the JAX tests: where the CPU time of XLA's threads went in a profile (running the
+programs: tests/program_helpers.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "jax"
-
-
-def run_deepcontext(cwd, *args, timeout: float = 600, check: bool = True, env=None):
-    """`python -m deepcontext run ARGS...`; returns the CompletedProcess."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "deepcontext", "run", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def write_program(tmp_path, source: str, name: str = "prog.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
-
-
-def line_of(path, marker: str) -> int:
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if marker in line:
-            return i
-    raise AssertionError(f"{marker!r} not in {path}")
 
 
 def under_compile(node) -> bool:

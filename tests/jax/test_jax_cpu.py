@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import pytest
 from deepcontext import jax_support
 from deepcontext.reader import load
-from jax_helpers import EXAMPLES, has_line, line_of, run_deepcontext, write_program, xla_execution
+from jax_helpers import EXAMPLES, has_line, xla_execution
+from program_helpers import line_of, run_deepcontext, write_program
 
 STEP_MARK = "# the jitted step's call site"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 import deepcontext
-from jax_helpers import EXAMPLES, run_deepcontext
+from jax_helpers import EXAMPLES
+from program_helpers import run_deepcontext
 
 
 def test_native_jitted_training_loop_runs_to_completion(tmp_path):

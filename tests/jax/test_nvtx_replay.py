@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from deepcontext.reader import load
-from jax_helpers import line_of, write_program
+from program_helpers import line_of, write_program
 
 LIB = os.path.join(os.path.dirname(__import__("deepcontext").__file__), "libdeepcontext_cupti.so")
 

@@ -4,7 +4,8 @@ accumulating a gradient used twice) belongs under the forward operator, like the
 from __future__ import annotations
 
 import deepcontext
-from torch_helpers import line_of, run_deepcontext, write_program
+from program_helpers import line_of, write_program
+from torch_helpers import run_deepcontext
 
 PROGRAM = """
 import torch

@@ -4,7 +4,8 @@ CPU time belongs under the operator the calling thread runs meanwhile."""
 from __future__ import annotations
 
 import deepcontext
-from torch_helpers import line_of, run_deepcontext, write_program
+from program_helpers import line_of, write_program
+from torch_helpers import run_deepcontext
 
 PROGRAM = """
 import torch

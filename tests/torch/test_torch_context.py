@@ -11,14 +11,8 @@ import sys
 
 import deepcontext.reader as dprof
 import pytest
-from torch_helpers import (
-    EXAMPLES,
-    has_line,
-    line_of,
-    run_deepcontext,
-    user_line,
-    write_program,
-)
+from program_helpers import line_of, write_program
+from torch_helpers import EXAMPLES, has_line, run_deepcontext, user_line
 
 TRAIN = EXAMPLES / "train.py"
 MODEL = EXAMPLES / "model.py"

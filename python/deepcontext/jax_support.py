@@ -896,7 +896,14 @@ def _add_jit_ranges(info: ModuleInfo, ranges) -> None:
         )
 
 
-def _elf_sections(data: bytes):
+# The ELF reading below is struct-based on purpose: libjax_common.so's .symtab has about 740,000
+# symbols, and a general ELF library parses each one (seconds at jax's import); here the wanted
+# name is found in the string table first and only the symbol entries' name fields are compared.
+
+
+def _elf_sections(data) -> list[tuple[int, int, int, int, int, int]]:
+    """(type, address, offset, size, link, entsize) of each section header of a 64-bit ELF
+    image (bytes or an mmap)."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise ValueError("not a 64-bit ELF object")
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
@@ -935,16 +942,12 @@ def _elf_symbol(path: str, wanted: bytes) -> int:
     import mmap
 
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        shoff = struct.unpack_from("<Q", data, 0x28)[0]
-        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-        sections = [
-            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-        ]
-        for _n, typ, _f, _a, off, size, link, _i, _al, entsize in sections:
-            if typ != 2:
+        sections = _elf_sections(data)
+        for typ, _addr, off, size, link, entsize in sections:
+            if typ != 2:  # SHT_SYMTAB
                 continue
-            stroff = sections[link][4]
-            strsize = sections[link][5]
+            stroff = sections[link][2]
+            strsize = sections[link][3]
             pos = data.find(b"\0" + wanted + b"\0", stroff, stroff + strsize)
             if pos < 0:
                 continue

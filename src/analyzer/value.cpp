@@ -118,44 +118,61 @@ std::string Value::str() const {
 
 namespace {
 
-Value from_json(const nlohmann::ordered_json &j) {
+using Json = nlohmann::ordered_json;
+
+// Nesting deeper than any metadata has is refused, which keeps the conversion's recursion shallow
+// on a damaged or hostile profile (nlohmann's own parsing does not recurse).
+constexpr int kMaxDepth = 512;
+
+bool from_json(const Json &j, Value &out, int depth) {
+  if (depth > kMaxDepth) return false;
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case Json::value_t::boolean:
+      out = Value(j.get<bool>());
+      return true;
+    case Json::value_t::number_integer:
+      out = Value(j.get<int64_t>());
+      return true;
+    case Json::value_t::number_unsigned: {
       // Above int64's range a count becomes a float, as a Python int would in float arithmetic.
       auto u = j.get<uint64_t>();
-      return u <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(u))
-                                                   : Value(static_cast<double>(u));
+      out = u <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(u))
+                                                  : Value(static_cast<double>(u));
+      return true;
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      Value out = Value::list();
-      for (const auto &item : j) out.push(from_json(item));
-      return out;
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      Value out = Value::dict();
-      for (const auto &[key, item] : j.items()) out.set(key, from_json(item));
-      return out;
-    }
+    case Json::value_t::number_float:
+      out = Value(j.get<double>());
+      return true;
+    case Json::value_t::string:
+      out = Value(j.get<std::string>());
+      return true;
+    case Json::value_t::array:
+      out = Value::list();
+      for (const auto &item : j) {
+        Value v;
+        if (!from_json(item, v, depth + 1)) return false;
+        out.push(std::move(v));
+      }
+      return true;
+    case Json::value_t::object:
+      out = Value::dict();
+      for (const auto &[key, item] : j.items()) {
+        Value v;
+        if (!from_json(item, v, depth + 1)) return false;
+        out.set(key, std::move(v));
+      }
+      return true;
     default:
-      return Value();
+      out = Value();
+      return true;
   }
 }
 
 }  // namespace
 
 bool Value::parse(std::string_view text, Value &out) {
-  auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return false;
-  out = from_json(j);
-  return true;
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !j.is_discarded() && from_json(j, out, 0);
 }
 
 }  // namespace dctx::analyzer

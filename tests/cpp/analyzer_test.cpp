@@ -147,4 +147,6 @@ TEST(AnalyzerValue, ParsesMetadataJson) {
   EXPECT_FALSE(Value::parse("{\"a\": 1,}", v));
   EXPECT_FALSE(Value::parse("[1] 2", v));
   EXPECT_FALSE(Value::parse("{\"a\": NaN}", v));
+  EXPECT_TRUE(Value::parse(std::string(500, '[') + std::string(500, ']'), v));
+  EXPECT_FALSE(Value::parse(std::string(100000, '[') + std::string(100000, ']'), v));
 }

@@ -30,7 +30,6 @@ site (comm_wait_time, comm_bytes = the gradient bytes all-reduced, comm_calls = 
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
@@ -40,6 +39,8 @@ import sys
 import threading
 import time
 import types
+
+from . import capi
 
 ENV_CHILD = "DEEPCONTEXT_DIST_CHILD"
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
@@ -85,7 +86,6 @@ _options: dict | None = None
 _active = False
 _patched = False
 _env_saved: dict | None = None
-_lib = None
 _metrics: dict[str, int] = {}
 _tls = threading.local()
 _stats_lock = threading.Lock()
@@ -370,20 +370,6 @@ def _wrap_start_processes(orig):
 # ------------------------------------------------------------------------------------------------
 
 
-def _load_lib():
-    global _lib
-    if _lib is None:
-        lib = ctypes.CDLL(_core().library_path())
-        lib.dctx_metric_id.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
-        lib.dctx_metric_id.restype = ctypes.c_uint32
-        lib.dctx_add.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_double]
-        lib.dctx_add.restype = None
-        lib.dctx_set_prop.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]
-        lib.dctx_set_prop.restype = None
-        _lib = lib
-    return _lib
-
-
 METRICS = (
     ("comm_calls", "count", "collective calls (torch.distributed functions; DDP gradient syncs)"),
     ("comm_bytes", "bytes", "bytes of the collective (larger of its input and output)"),
@@ -397,14 +383,14 @@ def _metric(name: str) -> int:
     if m is None:
         for n, unit, desc in METRICS:
             if n == name:
-                m = _metrics[n] = _load_lib().dctx_metric_id(
+                m = _metrics[n] = capi.library().dctx_metric_id(
                     n.encode(), unit.encode(), desc.encode()
                 )
     return m
 
 
 def _add(node: int, values: dict[str, float]) -> None:
-    lib = _load_lib()
+    lib = capi.library()
     for k, v in values.items():
         if v:
             lib.dctx_add(node, _metric(k), float(v))

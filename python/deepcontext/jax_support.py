@@ -43,7 +43,7 @@ import struct
 import sys
 import time
 
-from . import _core
+from . import _core, capi
 from .import_hook import AfterImport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -105,35 +105,10 @@ def add_arguments(parser) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-class _Frame(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("name", ctypes.c_char_p),
-        ("file", ctypes.c_char_p),
-        ("line", ctypes.c_uint32),
-        ("module", ctypes.c_char_p),
-    ]
-
-
 class _Api:
     def __init__(self):
-        from . import _core
-
         self.core = _core
-        lib = ctypes.CDLL(_core.library_path())
-        lib.dctx_frame_id.argtypes = [ctypes.POINTER(_Frame)]
-        lib.dctx_frame_id.restype = ctypes.c_uint32
-        lib.dctx_child.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
-        lib.dctx_child.restype = ctypes.c_uint32
-        lib.dctx_set_prop.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]
-        lib.dctx_set_prop.restype = None
-        lib.dctx_worker_context.argtypes = []
-        lib.dctx_worker_context.restype = ctypes.c_uint32
-        lib.dctx_metric_id.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
-        lib.dctx_metric_id.restype = ctypes.c_uint32
-        lib.dctx_add.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_double]
-        lib.dctx_add.restype = None
-        self.lib = lib
+        self.lib = lib = capi.library()
         # Per compilation, exact (not sampled): what the jax-recompile rule counts.
         self.m_compiles = lib.dctx_metric_id(
             b"xla_compiles",
@@ -151,7 +126,7 @@ class _Api:
         )
 
     def frame(self, kind: int, name: str, file: str = "", line: int = 0, module: str = "") -> int:
-        f = _Frame(kind, name.encode(), file.encode(), int(line), module.encode())
+        f = capi.Frame(kind, name.encode(), file.encode(), int(line), module.encode())
         return self.lib.dctx_frame_id(ctypes.byref(f))
 
     def child(self, parent: int, frame: int) -> int:

@@ -17,21 +17,12 @@ import subprocess
 import sys
 
 import deepcontext
-from deepcontext import session
+from deepcontext import capi, session
+from deepcontext.capi import Frame
 
 PACKAGE = os.path.dirname(deepcontext.__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data", "gpu")
-
-
-class Frame(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("name", ctypes.c_char_p),
-        ("file", ctypes.c_char_p),
-        ("line", ctypes.c_uint32),
-        ("module", ctypes.c_char_p),
-    ]
 
 
 class Activity(ctypes.Structure):
@@ -87,11 +78,7 @@ def load_events(path: str) -> list[dict]:
 
 
 def _libraries():
-    core = ctypes.CDLL(os.path.join(PACKAGE, "libdeepcontext.so"))
-    core.dctx_frame_id.argtypes = [ctypes.POINTER(Frame)]
-    core.dctx_frame_id.restype = ctypes.c_uint32
-    core.dctx_child.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
-    core.dctx_child.restype = ctypes.c_uint32
+    core = capi.library()
     gpu = ctypes.CDLL(os.path.join(PACKAGE, "libdeepcontext_cupti.so"))
     gpu.dctx_cupti_replay_open.restype = ctypes.c_void_p
     h = ctypes.c_void_p

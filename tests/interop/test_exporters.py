@@ -16,6 +16,7 @@ import pytest
 from deepcontext.exporters import collapsed
 from deepcontext.reader import load
 from deepcontext.render import frame_label, load_tree
+from node_helpers import node_with
 
 from .conftest import HERE, cli, profile_program, wait_all
 
@@ -155,30 +156,12 @@ def test_pprof_opens_with_our_totals(profile):
 def node_packages() -> str:
     """Node.js with speedscope and playwright-core: tests/interop/node's own (installed here with
     `npm ci` from its lock file when missing), or the GUI's and its bench's copies."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js is not installed")
-    found = [
-        any((NODE_DIR.parents[2] / d / "node_modules" / pkg).is_dir() for d in dirs)
-        for pkg, dirs in (
-            ("speedscope", ("tests/interop/node", "bench/gui")),
-            ("playwright-core", ("tests/interop/node", "gui")),
-        )
-    ]
-    if not all(found):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm packages missing: run (cd tests/interop/node && npm ci)")
-        r = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if r.returncode != 0:
-            pytest.skip(f"(cd tests/interop/node && npm ci) failed: {r.stderr.strip()[-300:]}")
-    return node
+    return node_with(
+        {
+            "speedscope": ("tests/interop/node", "bench/gui"),
+            "playwright-core": ("tests/interop/node", "gui"),
+        }
+    )
 
 
 def _speedscope(node: str, path: Path) -> dict:

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -25,10 +24,9 @@ import pytest
 from deepcontext.exporters.chrome import GPU_PID_BASE
 from deepcontext.reader import FRAME_KINDS
 from deepcontext.render import frame_label
+from node_helpers import NODE_DIR, node_with
 from timeline_helpers import HERE, PROGRAMS, read, run
 
-REPO = HERE.parent.parent
-NODE_DIR = REPO / "tests" / "interop" / "node"
 GPU_FIXTURES = HERE.parent / "data" / "gpu"
 LANE = re.compile(r" \(overlapping, \d+\)$")
 
@@ -52,23 +50,7 @@ def perfetto_ui() -> Path:
 def node() -> str:
     """Node.js with playwright-core: tests/interop/node's (npm ci from its lock file when missing)
     or the GUI's."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js is not installed")
-    if not any((d / "node_modules" / "playwright-core").is_dir() for d in (NODE_DIR, REPO / "gui")):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm packages missing: run (cd tests/interop/node && npm ci)")
-        r = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if r.returncode != 0:
-            pytest.skip(f"(cd tests/interop/node && npm ci) failed: {r.stderr.strip()[-300:]}")
-    return node
+    return node_with({"playwright-core": ("tests/interop/node", "gui")})
 
 
 def export(path: Path) -> Path:

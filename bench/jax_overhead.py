@@ -8,12 +8,14 @@ warm-up) in a fresh interpreter, `--repeat` times, interleaved: no profiler, `de
 a GPU: sampled GPU tracing, JAX's default; `node` for every record),
 `deepcontext run --no-jax-hlo-ops` (no NVTX thunk ranges: kernels under the jitted call site
 only), and jax.profiler (start_trace/stop_trace around the script). The table shows the best time
-per step, its ratio to the no-profiler run and the peak RSS of each process; DeepContext also runs
+per step, its ratio to the no-profiler run's best, the paired median (each round's ratio to its
+own unprofiled run; robust to a host whose speed drifts) and the peak RSS of each process; DeepContext also runs
 with --long-factor times the steps (peak RSS should not grow with the number of steps).
 `--configs` may add "deepcontext, NVTX via CUPTI" (CUPTI as the NVTX injection, the old path);
 short names: node (every GPU record), nohlo, nocmdbuf (command buffers off), cupti-nvtx (e.g. `--configs none,deepcontext,nohlo,jax.profiler,cupti-nvtx`).
 `--diagnose DIR` profiles the deepcontext run itself with `--native` (1 ms interval) and prints
-the native frames where the launching thread spends its time (DIR/diagnose.dctx).
+the native frames where the launching thread spends its time (DIR/diagnose.dctx). `--json` is
+rewritten after every run, so a run cut short by a time limit keeps what it measured.
 Works on CPU (XLA:CPU) and on an NVIDIA GPU (scripts/gpu-check.sh, step jaxbench).
 """
 
@@ -24,6 +26,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,6 +123,21 @@ def run_one(cmd: list[str]) -> dict:
     }
 
 
+def paired_median(runs: dict[str, list[dict]], config: str) -> float:
+    """Median over the rounds of each round's ratio to the unprofiled run of the same round: the
+    rounds run one after another, so this cancels a host's drift that best-of ratios hide."""
+    ratios = [
+        a["ms_per_step"] / b["ms_per_step"]
+        for a, b in zip(runs[config], runs["none"], strict=False)
+    ]
+    return statistics.median(ratios)
+
+
+def write_json(path: str, results: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
 def diagnose(py: str, train_args: list[str], out_dir: str) -> None:
     """Where the time goes under deepcontext: its own --native profile, flat by native frame."""
     os.makedirs(out_dir, exist_ok=True)
@@ -167,6 +185,7 @@ def main(argv=None) -> int:
         for model in [m for m in args.models.split(",") if m]:
             train_args = ["--model", model, "--steps", str(args.steps)]
             runs: dict[str, list[dict]] = {c: [] for c in configs}
+            results[model] = {"runs": runs}
             for r in range(args.repeat):
                 for c in configs:
                     out = os.path.join(tmp, f"{model}-{r}.dctx")
@@ -174,6 +193,8 @@ def main(argv=None) -> int:
                     print(
                         f"  {model} run {r + 1}/{args.repeat} {c}: {runs[c][-1]}", file=sys.stderr
                     )
+                    if args.json:  # a run cut short by a time limit keeps what it measured
+                        write_json(args.json, results)
             long = None
             if args.long_factor > 0 and "deepcontext" in configs:
                 long_args = ["--model", model, "--steps", str(args.steps * args.long_factor)]
@@ -181,9 +202,11 @@ def main(argv=None) -> int:
             best = {c: min(x["ms_per_step"] for x in v) for c, v in runs.items() if v}
             rss = {c: max(x["rss_mib"] for x in v) for c, v in runs.items() if v}
             base = best.get("none")
-            results[model] = {"runs": runs, "best_ms": best, "rss_mib": rss, "long": long}
+            results[model].update(best_ms=best, rss_mib=rss, long=long)
             ratios = [
-                f"{best[c]:.3f} ({best[c] / base:.2f}x)" if base else f"{best[c]:.3f}"
+                f"{best[c]:.3f} ({best[c] / base:.2f}x; paired median {paired_median(runs, c):.2f}x)"
+                if base
+                else f"{best[c]:.3f}"
                 for c in configs
                 if c != "none"
             ]
@@ -205,8 +228,7 @@ def main(argv=None) -> int:
         with open(args.markdown, "w") as f:
             f.write(table + "\n")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.json, results)
     return 0
 
 

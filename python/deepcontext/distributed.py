@@ -41,6 +41,7 @@ import time
 import types
 
 from . import capi
+from .writer import meta_json
 
 ENV_CHILD = "DEEPCONTEXT_DIST_CHILD"
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
@@ -173,7 +174,7 @@ def deactivate() -> None:
         _set_rank_meta()
         summary = summary_dict()
         if summary["comm_calls"] or "rank" in summary:
-            _core().set_meta("distributed", json.dumps(summary))
+            _core().set_meta("distributed", meta_json(summary))
         if _env_saved is not None:
             _hint_rank_files()
     finally:

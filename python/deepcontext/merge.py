@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import UserError
 from .reader import ProfileError, _open
-from .writer import fast_writes, insert_tables
+from .writer import fast_writes, insert_tables, meta_json
 
 STATS = ("mean", "min", "max", "std", "imbalance")
 
@@ -423,10 +423,10 @@ class Merger:
         meta["notes"] = json.dumps(notes)
         meta["complete"] = "1" if all(m.get("complete", "1") == "1" for m in metas) else "0"
         meta["merged_count"] = str(len(self.inputs))
-        meta["merged_inputs"] = json.dumps(
+        meta["merged_inputs"] = meta_json(
             [{"path": i["path"], "label": input_label(i), "meta": i["meta"]} for i in self.inputs]
         )
-        meta["merged_totals"] = json.dumps(self.totals)
+        meta["merged_totals"] = meta_json(self.totals)
         meta["merged_stats"] = json.dumps(list(STATS))
         return meta
 

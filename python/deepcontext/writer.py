@@ -9,6 +9,7 @@ that `deepcontext merge` uses to store tables it has built in bulk.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -31,6 +32,25 @@ DEFAULT_UNITS = {
     "cycles": "cycles",
     "instructions": "instructions",
 }
+
+
+def meta_json(value) -> str:
+    """A metadata value as strict JSON: the analyzer's parser (nlohmann/json) refuses Python's NaN
+    and Infinity, so non-finite floats are written as null."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def fast_writes(con: sqlite3.Connection) -> None:
@@ -142,7 +162,10 @@ class ProfileWriter:
         return n
 
     def add(self, node: int, metric: str, value: float, count: int = 1) -> None:
-        """Add an exclusive measurement of `value` (made of `count` events) at `node`."""
+        """Add an exclusive measurement of `value` (made of `count` events) at `node`; a NaN or
+        infinite value is left out, as the native core does."""
+        if not math.isfinite(value):
+            return
         mid = self.metric(metric)
         v = self._values.get((node, mid))
         if v is None:
@@ -157,7 +180,7 @@ class ProfileWriter:
         self._props[(node, key)] = str(value)
 
     def set_meta(self, key: str, value) -> None:
-        self.meta[key] = value if isinstance(value, str) else json.dumps(value)
+        self.meta[key] = value if isinstance(value, str) else meta_json(value)
 
     def __len__(self) -> int:
         return len(self.parent)

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -37,6 +38,9 @@ struct Acc {
   double sum = 0, min = 0, max = 0;
   uint64_t count = 0;
   void add(double v) {
+    // A producer's NaN or infinity would poison the node's sums and its ancestors', and SQLite
+    // stores NaN as NULL, which the format refuses: such a value is left out.
+    if (!std::isfinite(v)) return;
     if (count == 0) {
       min = max = v;
     } else {

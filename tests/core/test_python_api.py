@@ -91,6 +91,20 @@ def test_metrics_option_limits_the_sampled_metrics(run_program):
     assert p.meta["metrics_enabled"] == '["cpu_time", "samples"]'
 
 
+def test_non_finite_values_of_a_producer_are_left_out(run_program):
+    """A producer that adds NaN or infinity through the C API (dctx_add) loses neither the
+    node's finite values nor the profile."""
+    source = """
+from deepcontext import capi
+lib = capi.library()
+m = lib.dctx_metric_id(b"user_metric", b"count", b"a producer's metric")
+for v in (float("nan"), 1.0, float("inf"), 2.5):
+    lib.dctx_add(0, m, v)
+"""
+    _, out = run_program(source)
+    assert deepcontext.load(out).total("user_metric") == 3.5
+
+
 def test_unknown_metric_is_one_line(run_program):
     proc, _ = run_program("pass\n", "--metrics", "cpu_time,bogus", check=False)
     assert proc.returncode == 2

@@ -15,7 +15,7 @@ import pytest
 from deepcontext import merge
 from deepcontext.merge import merge_files
 from deepcontext.reader import load
-from deepcontext.writer import ProfileWriter
+from deepcontext.writer import ProfileWriter, meta_json
 
 from .conftest import cli
 
@@ -178,6 +178,33 @@ def test_merge_exact_for_fractional_and_huge_values(tmp_path):
         want_exc = sum(by_path(p, "cpu_time").get(key, (0, 0))[1] for p in paths)
         assert got[key][1] == want_exc, key
     assert load(out).root.exclusive("cpu_time") == 1e20 + 3e20 + 5.0
+
+
+def test_non_finite_values_left_out(tmp_path):
+    """A NaN or infinite measurement is left out (SQLite would store NaN as NULL, which the format
+    refuses, and it would poison the sums): the finite values at the node merge as usual, and the
+    merged metadata stays strict JSON, which the analyzer's parser requires."""
+    paths = []
+    for k, values in enumerate([[float("nan"), 1.0], [float("inf"), 2.0]]):
+        w = ProfileWriter({"pid": str(100 + k)})
+        node = w.path([w.frame("python", "step", "x.py", 1)])
+        for v in values:
+            w.add(node, "user_metric", v)
+        p = tmp_path / f"in{k}.dctx"
+        w.write(p)
+        paths.append(p)
+    out = tmp_path / "out.dctx"
+    merge_files([str(p) for p in paths], str(out), jobs=1)
+    assert load(out).root.inclusive("user_metric") == 3.0
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    meta = load(out).meta
+    assert json.loads(meta["merged_totals"], parse_constant=refuse)["user_metric"] == [1.0, 2.0]
+    assert json.loads(meta_json({"a": [float("nan"), 1.5]}), parse_constant=refuse) == {
+        "a": [None, 1.5]
+    }
 
 
 def test_merge_errors(job_profiles, tmp_path):

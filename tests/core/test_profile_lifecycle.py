@@ -57,7 +57,8 @@ def _start(tmp_path, source, *options):
 
 
 LOOP = """
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test's stack dump if it hangs
 print("ready", flush=True)
 x = 0
 while True:
@@ -71,7 +72,13 @@ def test_profile_is_complete_after_sigterm_and_sigint(tmp_path, sig, expect):
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     proc.send_signal(sig)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # once in a loaded CI run (2026-12-07): say where it hangs
+        proc.send_signal(signal.SIGUSR2)
+        time.sleep(1)
+        proc.kill()
+        pytest.fail(f"no exit 30 s after signal {sig}; its threads:\n{proc.communicate()[1]}")
     assert proc.returncode == expect
     p = deepcontext.load(out)
     assert p.meta["complete"] == "1"

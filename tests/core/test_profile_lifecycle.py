@@ -59,6 +59,9 @@ def _start(tmp_path, source, *options):
 LOOP = """
 import faulthandler, signal, sys, time
 faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test's stack dump if it hangs
+# A test run started in the background (`cmd &` in a script) passes SIGINT down ignored, and Python
+# then keeps it ignored; this program wants Ctrl-C's KeyboardInterrupt wherever it runs.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print("ready", flush=True)
 x = 0
 while True:
@@ -74,7 +77,7 @@ def test_profile_is_complete_after_sigterm_and_sigint(tmp_path, sig, expect):
     proc.send_signal(sig)
     try:
         proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:  # once in a loaded CI run (2026-12-07): say where it hangs
+    except subprocess.TimeoutExpired:  # say where it waits
         proc.send_signal(signal.SIGUSR2)
         time.sleep(1)
         proc.kill()

@@ -27,6 +27,9 @@ def warm():
 def hot():
     return spin(300_000)  # HOT
 
+def cold():
+    return spin(300_000)  # COLD
+
 with deepcontext.profile(sys.argv[1], steps=range(3, 6)) as prof:
     for i in range(12):
         if 3 <= i < 6:
@@ -38,12 +41,12 @@ assert prof.path == sys.argv[1], prof.path
 assert not deepcontext.is_active()
 
 @deepcontext.profile(sys.argv[2], interval_ms=1)
-def main():
+def main(work):
     for _ in range(10):  # long enough for samples on a busy machine (the GIL hand-off waits)
-        warm()
+        work()
 
-main()
-main()  # each call writes a fresh profile
+main(warm)
+main(cold)  # each call writes a fresh profile
 """
 
 
@@ -71,10 +74,9 @@ def test_step_window_profiles_only_its_steps_and_decorator_profiles_each_call(tm
     assert line_of(src, "WARM") not in lines, "steps outside the window are not profiled"
     d = deepcontext.load(str(dec))
     lines = _lines(d, "prog.py")
-    assert line_of(src, "WARM") in lines and line_of(src, "HOT") not in lines
-    # The second call's profile holds that call only (10 spins; the window held 3), not the
-    # first session's samples too (20).
-    assert d.total("wall_time") < 5 * p.total("wall_time")
+    # The second call's profile holds that call only, not the first call's samples too.
+    assert line_of(src, "COLD") in lines
+    assert line_of(src, "WARM") not in lines and line_of(src, "HOT") not in lines
 
 
 @pytest.mark.parametrize("steps", [range(5, 5), range(0, 10, 2), [1, 3]])

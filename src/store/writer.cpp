@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "timeline/timeline.h"
@@ -57,21 +58,10 @@ struct Stmt {
   }
 };
 
-std::string json_escape(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+// Metadata that holds JSON is written with nlohmann/json. Thread names and notes come from the
+// program: bytes that are not UTF-8 are replaced, not refused, so the profile is still written.
+std::string json_text(const nlohmann::ordered_json &j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // The bounded timeline (docs/format.md, "Timeline"): its events, its steps and a few meta keys.
@@ -115,11 +105,8 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
     sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
     st.step();
   };
-  std::string threads = "{";
-  for (const auto &[tid, name] : w.thread_names)
-    threads += (threads.size() > 1 ? ", " : "") + json_escape(std::to_string(tid)) + ": " +
-               json_escape(name);
-  threads += '}';
+  nlohmann::ordered_json threads = nlohmann::ordered_json::object();
+  for (const auto &[tid, name] : w.thread_names) threads[std::to_string(tid)] = name;
   put("timeline_version", "1");
   put("timeline_clock", "CLOCK_MONOTONIC");
   put("timeline_steps", std::to_string(w.steps_requested));
@@ -129,7 +116,7 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
   put("timeline_overwritten", std::to_string(w.overwritten));
   put("timeline_dropped", std::to_string(w.dropped));
   put("timeline_incomplete_steps", std::to_string(w.incomplete_steps));
-  put("timeline_threads", threads);
+  put("timeline_threads", json_text(threads));
   return true;
 }
 
@@ -155,15 +142,12 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
       sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
       st.step();
     };
-    std::string notes = "[";
-    for (size_t i = 0; i < snap.notes.size(); ++i)
-      notes += (i ? ", " : "") + json_escape(snap.notes[i]);
-    for (const std::string &n : tl.notes) notes += (notes.size() > 1 ? ", " : "") + json_escape(n);
-    notes += ']';
+    nlohmann::ordered_json notes = snap.notes;
+    for (const std::string &n : tl.notes) notes.push_back(n);
     for (auto &[k, v] : snap.meta)
       if (k != "notes" && k != "format_version") put(k, v);
     put("format_version", std::to_string(kFormatVersion));
-    put("notes", notes);
+    put("notes", json_text(notes));
   }
   {
     Stmt st(d.db, "INSERT INTO strings VALUES (?, ?)");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace {
@@ -47,6 +48,26 @@ TEST(Writer, WritesInclusiveValuesAndIdentity) {
   EXPECT_EQ(query(db, "SELECT COUNT(*) FROM meta WHERE key='notes' AND value='[\"a note\"]'"), 1);
   sqlite3_close(db);
   std::remove(path.c_str());
+}
+
+TEST(Writer, NotesAreJsonWhateverBytesTheyHold) {
+  dctx::Tree t;
+  t.note("quote \" backslash \\ newline \n");
+  t.note("not UTF-8: \xff");
+  std::string path = testing::TempDir() + "/n-" + std::to_string(getpid()) + ".dctx";
+  ASSERT_EQ(dctx::write_profile(t.snapshot(), path), "");
+  sqlite3 *db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt *st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='notes'", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  const auto notes =
+      nlohmann::json::parse(reinterpret_cast<const char *>(sqlite3_column_text(st, 0)));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  std::remove(path.c_str());
+  EXPECT_EQ(notes, nlohmann::json(
+                       {"quote \" backslash \\ newline \n", "not UTF-8: \xEF\xBF\xBD"}));  // U+FFFD
 }
 
 TEST(Writer, FailsCleanlyOnUnwritableDirectory) {

@@ -5,13 +5,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "deepcontext/timeline.h"
 #include "occupancy.h"
-#include "recorder.h"
 
 namespace dctx::gpu {
 namespace {
@@ -647,26 +648,34 @@ void Processor::add_dropped(uint64_t count) {
   stats_.dropped += count;
 }
 
+namespace {
+
+// The device's name is the driver's: bytes that are not UTF-8 are replaced, not refused.
+std::string json_text(const nlohmann::ordered_json &j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
 void Processor::publish_devices() {
-  std::string json = "[";
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const auto &[ordinal, dev] : devices_) {
     const dctx_gpu_device &p = dev.props;
-    std::string name;
-    append_json_string(name, p.name);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"ordinal\": %u, \"name\": %s, \"compute_capability\": \"%u.%u\", "
-                  "\"sm_count\": %u, \"max_threads_per_sm\": %u, \"max_blocks_per_sm\": %u, "
-                  "\"registers_per_sm\": %u, \"shared_memory_per_sm\": %u, \"clock_khz\": %u, "
-                  "\"memory_clock_khz\": %u, \"total_memory\": %llu, \"idle_ns\": %.0f}",
-                  json.size() > 1 ? ", " : "", ordinal, name.c_str(), p.cc_major, p.cc_minor,
-                  p.sm_count, p.max_threads_per_sm, p.max_blocks_per_sm, p.regs_per_sm,
-                  p.smem_per_sm, p.clock_khz, p.mem_clock_khz,
-                  static_cast<unsigned long long>(p.total_mem), dev.idle_ns);
-    json += buf;
+    list.push_back(
+        {{"ordinal", ordinal},
+         {"name", std::string(p.name)},
+         {"compute_capability", std::to_string(p.cc_major) + "." + std::to_string(p.cc_minor)},
+         {"sm_count", p.sm_count},
+         {"max_threads_per_sm", p.max_threads_per_sm},
+         {"max_blocks_per_sm", p.max_blocks_per_sm},
+         {"registers_per_sm", p.regs_per_sm},
+         {"shared_memory_per_sm", p.smem_per_sm},
+         {"clock_khz", p.clock_khz},
+         {"memory_clock_khz", p.mem_clock_khz},
+         {"total_memory", p.total_mem},
+         {"idle_ns", std::llround(dev.idle_ns)}});
   }
-  json += "]";
-  dctx_set_meta("gpu_devices", json.c_str());
+  dctx_set_meta("gpu_devices", json_text(list).c_str());
 }
 
 void Processor::finish(bool final) {
@@ -675,22 +684,22 @@ void Processor::finish(bool final) {
   publish_devices();
   stats_.launches_expected = expected_.load(std::memory_order_relaxed);
   const ProcessorStats &s = stats_;
+  const nlohmann::ordered_json stats = {
+      {"kernels", s.kernels},
+      {"memcpys", s.memcpys},
+      {"memsets", s.memsets},
+      {"graph_kernels", s.graph_kernels},
+      {"graph_launches_timed", s.graph_launches_timed},
+      {"graph_launches_uncalibrated", s.graph_launches_uncalibrated},
+      {"unattributed", s.unattributed},
+      {"dropped", s.dropped},
+      {"launches_expected", s.launches_expected},
+      {"launches_received", s.launches_received},
+      {"launch_calls", calls_.load(std::memory_order_relaxed)},
+      {"outside_windows", s.outside_windows},
+      {"gpu_time_ns", std::llround(s.gpu_time_ns)}};
+  dctx_set_meta("gpu_stats", json_text(stats).c_str());
   char buf[768];
-  std::snprintf(buf, sizeof buf,
-                "{\"kernels\": %llu, \"memcpys\": %llu, \"memsets\": %llu, \"graph_kernels\": "
-                "%llu, \"graph_launches_timed\": %llu, \"graph_launches_uncalibrated\": %llu, "
-                "\"unattributed\": %llu, \"dropped\": %llu, \"launches_expected\": %llu, "
-                "\"launches_received\": %llu, \"launch_calls\": %llu, \"outside_windows\": %llu, "
-                "\"gpu_time_ns\": %.0f}",
-                (unsigned long long)s.kernels, (unsigned long long)s.memcpys,
-                (unsigned long long)s.memsets, (unsigned long long)s.graph_kernels,
-                (unsigned long long)s.graph_launches_timed,
-                (unsigned long long)s.graph_launches_uncalibrated,
-                (unsigned long long)s.unattributed, (unsigned long long)s.dropped,
-                (unsigned long long)s.launches_expected, (unsigned long long)s.launches_received,
-                (unsigned long long)calls_.load(std::memory_order_relaxed),
-                (unsigned long long)s.outside_windows, s.gpu_time_ns);
-  dctx_set_meta("gpu_stats", buf);
   if (sampling_) {
     // The analyzer says that GPU times and savings are estimates (analyzer/report.py).
     std::snprintf(buf, sizeof buf, "%lld", (long long)windows_opened_);

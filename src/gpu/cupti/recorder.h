@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <string>
 
@@ -15,9 +16,6 @@
 #include "records.h"
 
 namespace dctx::gpu {
-
-/* Appends s to out as a quoted JSON string (the recorder's lines, the gpu_devices metadata). */
-void append_json_string(std::string &out, const char *s);
 
 class Recorder {
  public:
@@ -34,8 +32,8 @@ class Recorder {
   void close();
 
  private:
-  void write_path(std::string &out, dctx_node node);
-  void write_line(const std::string &line);
+  static nlohmann::ordered_json path(dctx_node node);
+  void write_line(const nlohmann::ordered_json &record);
   std::mutex mutex_;
   FILE *file_ = nullptr;
   DeviceQuery query_;

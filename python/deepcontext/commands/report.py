@@ -17,6 +17,7 @@ from ..render import (
     frame_dict,
     frame_label,
     frame_matches,
+    import_machinery,
     invert,
     json_tree,
     load_tree,
@@ -73,6 +74,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--exclude", metavar="REGEX", help="splice out frames whose label matches (children stay)"
     )
+    p.add_argument(
+        "--import-frames",
+        action="store_true",
+        help="keep the frames of Python's import system (<frozen importlib._bootstrap>), which "
+        "are spliced out by default: an import's time shows under its import line either way",
+    )
     p.add_argument("--limit", type=int, default=None, metavar="N", help="flat view: N rows at most")
     p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
     p.set_defaults(func=main)
@@ -92,18 +99,22 @@ def _metrics(args, profile) -> list[str]:
 
 
 def build_view(tree: Tree, args) -> Tree:
-    """The top-down tree after --focus, --hide and --exclude."""
+    """The top-down tree after --focus, --hide, --exclude and --import-frames."""
     profile = tree.profile
-    hide = None
     kinds = parse_kinds(args.hide)
-    if kinds or args.exclude:
-        pat = compile_regex(args.exclude, "--exclude") if args.exclude else None
-        match = frame_matches(pat) if pat else None
+    pat = compile_regex(args.exclude, "--exclude") if args.exclude else None
+    match = frame_matches(pat) if pat else None
 
-        def hidden(f) -> bool:
-            return f.kind in kinds or (match is not None and match(f))
+    def hidden(f) -> bool:
+        return (
+            f.kind in kinds
+            or (match is not None and match(f))
+            or (not args.import_frames and import_machinery(f))
+        )
 
-        hide = tree.frame_mask(hidden)
+    hide = tree.frame_mask(hidden)
+    if not hide.any():
+        hide = None
     focus = None
     if args.focus:
         focus = tree.frame_mask(frame_matches(compile_regex(args.focus, "--focus")))

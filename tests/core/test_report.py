@@ -1,0 +1,162 @@
+"""`deepcontext report`: its views (top-down, bottom-up, flat) and transforms (--focus, --exclude,
+--hide, the import system's frames), checked on the profile of a real program."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from core_helpers import line_of
+
+PROGRAM = """
+import slowmod  # IMPORT
+
+def leaf(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+def big():
+    return leaf(3_000_000)  # BIG
+
+def small():
+    return leaf(1_000_000)  # SMALL
+
+big()
+small()
+"""
+
+MODULE = """
+TOTAL = sum(i * i for i in range(1_500_000))  # MODWORK
+"""
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("report")
+    (d / "prog.py").write_text(textwrap.dedent(PROGRAM))
+    (d / "slowmod.py").write_text(textwrap.dedent(MODULE))
+    out = d / "prog.dctx"
+    subprocess.run(
+        [sys.executable, "-m", "deepcontext", "run", "-q", "--interval", "1", "-o", str(out)]
+        + ["prog.py"],
+        cwd=d,
+        check=True,
+        timeout=120,
+    )
+    return out
+
+
+def report(path, *args: str) -> dict:
+    r = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "report", str(path), "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def nodes(tree: dict, depth: int = 0):
+    """(node, parent, depth) for every node of a JSON report tree."""
+    stack = [(tree, None, depth)]
+    while stack:
+        n, p, d = stack.pop()
+        yield n, p, d
+        stack.extend((c, n, d + 1) for c in n["children"])
+
+
+def cpu(n: dict, which: str = "inclusive") -> float:
+    return n["metrics"]["cpu_time"][which]
+
+
+def at_line(tree: dict, file: str, marker: str, source: str) -> list[dict]:
+    line = line_of(source, marker)
+    return [
+        n
+        for n, _, _ in nodes(tree)
+        if n["frame"]["file"].endswith(file) and n["frame"]["line"] == line
+    ]
+
+
+def test_import_system_frames_are_spliced_out_unless_asked_for(profile):
+    plain = report(profile, "--metric", "cpu_time")["tree"]
+    kept = report(profile, "--metric", "cpu_time", "--import-frames")["tree"]
+    system = ("<frozen importlib.", "<frozen zipimport>")
+    assert not [n for n, _, _ in nodes(plain) if n["frame"]["file"].startswith(system)]
+    assert [n for n, _, _ in nodes(kept) if n["frame"]["file"].startswith(system)]
+    # Spliced: the imported module's code is a child of the import line itself.
+    (imp,) = at_line(plain, "prog.py", "IMPORT", PROGRAM)
+    assert [c for c in imp["children"] if c["frame"]["file"].endswith("slowmod.py")]
+    assert sum(cpu(n) for n in at_line(plain, "slowmod.py", "MODWORK", MODULE)) > 0
+    # Kept: one or more import-system frames between the two.
+    (imp_kept,) = at_line(kept, "prog.py", "IMPORT", PROGRAM)
+    assert all(c["frame"]["file"].startswith(system) for c in imp_kept["children"])
+    # Splicing moves no time: the import line and the whole profile keep their totals.
+    assert cpu(imp) == pytest.approx(cpu(imp_kept))
+    assert cpu(plain) == pytest.approx(cpu(kept))
+
+
+def test_bottom_up_puts_the_callers_under_the_function_that_spent_the_time(profile):
+    tree = report(profile, "--metric", "cpu_time", "--view", "bottom-up")["tree"]
+    leaves = [n for n in tree["children"] if n["frame"]["name"] == "leaf"]
+    assert leaves, [n["label"] for n in tree["children"]]
+    callers: dict[str, float] = {}
+    for leaf in leaves:
+        for c in leaf["children"]:
+            callers[c["frame"]["name"]] = callers.get(c["frame"]["name"], 0) + cpu(c)
+    assert set(callers) == {"big", "small"}
+    # leaf() runs three times as long for big() as for small().
+    assert callers["big"] > 1.5 * callers["small"]
+    # The first level holds exclusive time only: it sums to the profile's total.
+    assert sum(cpu(n) for n in tree["children"]) == pytest.approx(cpu(tree))
+
+
+def test_flat_rows_hold_each_frame_once_and_sum_to_the_total(profile):
+    doc = report(profile, "--metric", "cpu_time", "--view", "flat")
+    rows = doc["rows"]
+    total = report(profile, "--metric", "cpu_time", "--depth", "0")["tree"]
+    assert sum(r["metrics"]["cpu_time"]["exclusive"] for r in rows) == pytest.approx(cpu(total))
+    keys = [(r["frame"]["kind"], r["frame"]["file"], r["frame"]["line"], r["label"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    excl = [r["metrics"]["cpu_time"]["exclusive"] for r in rows]
+    assert excl == sorted(excl, reverse=True)
+    assert rows[0]["frame"]["name"] in ("leaf", "<genexpr>", "<module>")
+
+
+def test_focus_keeps_only_the_matching_subtree_and_exclude_splices_frames(profile):
+    full = report(profile, "--metric", "cpu_time")["tree"]
+    (small,) = at_line(full, "prog.py", "SMALL", PROGRAM)
+    focused = report(profile, "--metric", "cpu_time", "--focus", r" small$")["tree"]
+    assert cpu(focused) == pytest.approx(cpu(small))
+    names = {n["frame"]["name"] for n, _, _ in nodes(focused)}
+    assert "big" not in names and "leaf" in names
+
+    spliced = report(profile, "--metric", "cpu_time", "--exclude", r" leaf$")["tree"]
+    assert cpu(spliced) == pytest.approx(cpu(full))
+    assert "leaf" not in {n["frame"]["name"] for n, _, _ in nodes(spliced)}
+    (big_full,) = at_line(full, "prog.py", "BIG", PROGRAM)
+    (big,) = at_line(spliced, "prog.py", "BIG", PROGRAM)
+    assert cpu(big, "exclusive") == pytest.approx(cpu(big_full))
+
+    unthreaded = report(profile, "--metric", "cpu_time", "--hide", "thread")["tree"]
+    assert not [n for n, _, _ in nodes(unthreaded) if n["frame"]["kind"] == "thread"]
+    assert cpu(unthreaded) == pytest.approx(cpu(full))
+
+
+def test_bad_transform_arguments_are_one_line_errors(profile):
+    for args in (["--focus", "("], ["--hide", "nonsense"], ["--focus", "no-such-frame-xyz"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "deepcontext", "report", str(profile), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode != 0
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

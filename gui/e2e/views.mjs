@@ -70,10 +70,23 @@ try {
   // 5. hide frames by kind
   await page.click("#hide summary");
   await page.check('#kinds input[data-kind="thread"]');
-  await page.waitForFunction(() => location.hash.includes("h=thread"));
+  await page.waitForFunction(() => /[#&]h=[^&]*thread/.test(decodeURIComponent(location.hash)));
   bx = await boxes();
   check("hiding a kind removes its frames", !bx.some((b) => b.label.startsWith("[thread]")));
   await page.uncheck('#kinds input[data-kind="thread"]');
+  await page.waitForFunction(() => !location.hash.includes("h="));
+  // Python's import system is hidden by default: the imported module sits under its import line
+  const imp = page.locator('#kinds input[data-kind="import"]');
+  check("import system listed, hidden by default", (await imp.count()) === 1 && (await imp.isChecked()));
+  const frozen = (b) => b.label.includes("<frozen importlib.");
+  bx = await boxes();
+  check("no import-system frame drawn by default", !bx.some(frozen), bx.filter(frozen).map((b) => b.label).join(", "));
+  check("the imported module's work is drawn", bx.some((b) => b.label.startsWith("<module> (tables.py")));
+  await imp.uncheck();
+  await page.waitForFunction(() => location.hash.includes("h="));
+  bx = await boxes();
+  check("showing the import system draws its frames", bx.some(frozen));
+  await imp.check();
   await page.click("#hide summary");
 
   // 6. top-down table: sort and expand

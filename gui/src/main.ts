@@ -6,6 +6,7 @@ import { DiffList, Findings, Info, loadInfo, loadSource, loadTree, getJSON } fro
 import { diffColor, frameColor, kindColor } from "./colors";
 import { FlameGraph } from "./flame";
 import {
+  IMPORT_SYSTEM,
   MetricSpec,
   Tree,
   baseIncOf,
@@ -15,6 +16,7 @@ import {
   formatValue,
   frameLabel,
   incOf,
+  isImportSystem,
   kindLabel,
   metricSpecs,
   widthOf,
@@ -263,8 +265,9 @@ class App {
     });
     const kinds = $("kinds");
     const present = new Set(this.trees.flatMap((t) => t.frames.kind));
-    for (const k of this.info.kinds) {
-      if (k === "root" || !present.has(k)) continue;
+    const shown = this.info.kinds.filter((k) => k !== "root" && present.has(k));
+    if (this.trees.some((t) => t.frames.kind.some((_, i) => isImportSystem(t.frames, i)))) shown.push(IMPORT_SYSTEM);
+    for (const k of shown) {
       const lab = el("label");
       const cb = el("input");
       cb.type = "checkbox";
@@ -277,7 +280,7 @@ class App {
         this.set({ hidden: [...h] });
       });
       const chip = el("span", "chip");
-      chip.style.background = kindColor(k);
+      chip.style.background = kindColor(k === IMPORT_SYSTEM ? "python" : k);
       lab.append(cb, chip, document.createTextNode(kindLabel(k)));
       kinds.appendChild(lab);
     }
@@ -737,12 +740,15 @@ class App {
   }
 
   private renderChanges(host: HTMLElement, metric: string, unit: string): void {
-    const list = this.diffList.get(metric);
+    // The server's list splices out Python's import system unless the view shows it.
+    const imports = this.state.hidden.includes(IMPORT_SYSTEM) ? "0" : "1";
+    const key = `${metric}\u0001${imports}`;
+    const list = this.diffList.get(key);
     if (!list) {
       host.replaceChildren(el("div", "msg", "loading the largest changes…"));
-      getJSON<DiffList>(`diff?metric=${encodeURIComponent(metric)}`)
-        .then((l) => this.diffList.set(metric, l))
-        .catch((e: Error) => this.diffList.set(metric, { available: false, entries: [], metric: e.message }))
+      getJSON<DiffList>(`diff?metric=${encodeURIComponent(metric)}&import_frames=${imports}`)
+        .then((l) => this.diffList.set(key, l))
+        .catch((e: Error) => this.diffList.set(key, { available: false, entries: [], metric: e.message }))
         .then(() => {
           if (this.state.view === "diff") this.renderChanges(host, metric, unit);
         });

@@ -102,7 +102,17 @@ export function frameLabel(f: Frames, i: number): string {
   return name;
 }
 
+/** A pseudo-kind for the hide list: Python's own import system (`<frozen importlib._bootstrap>`,
+ * `_bootstrap_external`, `<frozen zipimport>`), five or more frames between an `import` line and
+ * the imported module, the same on every import. Hidden by default, as `deepcontext report` does. */
+export const IMPORT_SYSTEM = "import";
+
+export function isImportSystem(f: Frames, i: number): boolean {
+  return f.kind[i] === "python" && (f.file[i].startsWith("<frozen importlib.") || f.file[i] === "<frozen zipimport>");
+}
+
 export function kindLabel(kind: string): string {
+  if (kind === IMPORT_SYSTEM) return "import system";
   return kind === "gpu_api" ? "GPU API" : kind === "hlo_op" ? "HLO op" : kind === "jax_op" ? "JAX op" : kind;
 }
 

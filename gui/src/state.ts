@@ -1,5 +1,7 @@
 // The view state, kept in the URL hash so a view survives a reload and can be shared.
 
+import { IMPORT_SYSTEM } from "./model";
+
 export type ViewName = "flame" | "top" | "bottom" | "flat" | "sandwich" | "source" | "diff" | "findings";
 export const VIEWS: ViewName[] = ["flame", "top", "bottom", "flat", "sandwich", "source", "diff", "findings"];
 
@@ -25,7 +27,7 @@ export const DEFAULT_STATE: ViewState = {
   metric: "",
   focus: 0,
   search: "",
-  hidden: [],
+  hidden: [IMPORT_SYSTEM],
   sort: "inc",
   frame: -1,
   file: "",
@@ -48,7 +50,7 @@ const KEYS: Record<keyof ViewState, string> = {
 
 export function parseHash(hash: string): ViewState {
   const p = new URLSearchParams(hash.replace(/^#/, ""));
-  const s: ViewState = { ...DEFAULT_STATE, hidden: [] };
+  const s: ViewState = { ...DEFAULT_STATE, hidden: [...DEFAULT_STATE.hidden] };
   const v = p.get(KEYS.view);
   if (v && (VIEWS as string[]).includes(v)) s.view = v as ViewName;
   s.metric = p.get(KEYS.metric) ?? "";
@@ -59,8 +61,9 @@ export function parseHash(hash: string): ViewState {
   };
   s.focus = Math.max(0, int(KEYS.focus, 0));
   s.search = p.get(KEYS.search) ?? "";
+  // No key: the default list; an empty value: nothing hidden.
   const h = p.get(KEYS.hidden);
-  s.hidden = h ? h.split(",").filter(Boolean) : [];
+  if (h !== null) s.hidden = h.split(",").filter(Boolean);
   s.sort = p.get(KEYS.sort) || DEFAULT_STATE.sort;
   s.frame = int(KEYS.frame, -1);
   s.file = p.get(KEYS.file) ?? "";
@@ -75,7 +78,8 @@ export function formatHash(s: ViewState): string {
   if (s.metric) p.set(KEYS.metric, s.metric);
   if (s.focus) p.set(KEYS.focus, String(s.focus));
   if (s.search) p.set(KEYS.search, s.search);
-  if (s.hidden.length) p.set(KEYS.hidden, s.hidden.join(","));
+  const sorted = (h: string[]) => [...h].sort().join(",");
+  if (sorted(s.hidden) !== sorted(DEFAULT_STATE.hidden)) p.set(KEYS.hidden, s.hidden.join(","));
   if (s.sort !== DEFAULT_STATE.sort) p.set(KEYS.sort, s.sort);
   if (s.frame >= 0) p.set(KEYS.frame, String(s.frame));
   if (s.file) p.set(KEYS.file, s.file);

@@ -2,7 +2,7 @@
 // sandwich (callers and callees of one frame), diff of two profiles, search and per-line metrics.
 // Each returns a new Tree (model.ts) so the same table and flame-graph code draws every view.
 
-import { Frames, MAX_METRICS, MetricInfo, MetricSpec, Tree, children, frameKey, frameLabel, makeTree } from "./model";
+import { Frames, IMPORT_SYSTEM, MAX_METRICS, MetricInfo, MetricSpec, Tree, children, frameKey, frameLabel, isImportSystem, makeTree } from "./model";
 
 /** Grows a tree node by node, merging children of one parent that share a frame. */
 class Builder {
@@ -113,9 +113,10 @@ export interface Filtered {
  * merging the children that then share a parent and a frame. */
 export function hideKinds(t: Tree, hidden: Set<string>): Filtered {
   const hide = new Uint8Array(t.frames.kind.length);
+  const imports = hidden.has(IMPORT_SYSTEM);
   let any = false;
   t.frames.kind.forEach((k, i) => {
-    if (hidden.has(k) && k !== "root") {
+    if ((hidden.has(k) && k !== "root") || (imports && isImportSystem(t.frames, i))) {
       hide[i] = 1;
       any = true;
     }

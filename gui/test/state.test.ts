@@ -7,7 +7,15 @@ describe("URL state", () => {
     expect(parseHash(formatHash(s))).toEqual(s);
   });
   it("falls back to defaults for junk", () => {
-    expect(parseHash("#v=nope&f=abc&l=-3")).toEqual({ ...DEFAULT_STATE, hidden: [] });
+    expect(parseHash("#v=nope&f=abc&l=-3")).toEqual(DEFAULT_STATE);
     expect(formatHash(DEFAULT_STATE)).toBe("#v=flame");
+  });
+  it("hides the import system by default and keeps an empty hide list apart from no list", () => {
+    expect(parseHash("#v=flame").hidden).toEqual(["import"]);
+    const none = { ...DEFAULT_STATE, hidden: [] };
+    expect(formatHash(none)).toBe("#v=flame&h=");
+    expect(parseHash(formatHash(none))).toEqual(none);
+    const more = { ...DEFAULT_STATE, hidden: ["thread", "import"] };
+    expect(parseHash(formatHash(more))).toEqual(more);
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { tree, shape } from "./helpers";
 import { LazyBottomUp, bottomUp, diff, fileTotals, flat, hideKinds, hotPath, lineMetrics, sandwich, search, topLevelMask } from "../src/transforms";
-import { excOf, findSpec, incOf, metricSpecs } from "../src/model";
+import { excOf, findSpec, incOf, isImportSystem, metricSpecs } from "../src/model";
 
 const sample = () =>
   tree([
@@ -45,6 +45,16 @@ describe("hideKinds", () => {
     const t = tree([["a", 0, [["native:x", 0, [["b", 2]]], ["native:y", 0, [["b", 3]]]]]]);
     const { tree: h } = hideKinds(t, new Set(["native"]));
     expect(shape(h)).toEqual(["root:", 5, 0, [["a", 5, 0, [["b", 5, 5]]]]]);
+  });
+
+  it("hides Python's import system under its own name, not every Python frame", () => {
+    const t = tree([["main", 1, [["imp", 0, [["mod", 4]]]]]]);
+    const imp = t.frames.name.indexOf("imp");
+    t.frames.file[imp] = "<frozen importlib._bootstrap>";
+    expect(isImportSystem(t.frames, imp)).toBe(true);
+    expect(isImportSystem(t.frames, t.frames.name.indexOf("mod"))).toBe(false);
+    const { tree: h } = hideKinds(t, new Set(["import"]));
+    expect(shape(h)).toEqual(["root:", 5, 0, [["main", 5, 1, [["mod", 4, 4]]]]]);
   });
 
   it("is the identity when nothing is hidden", () => {

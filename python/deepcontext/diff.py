@@ -63,8 +63,10 @@ class _Paths:
         self.parent: list[int] = [0]
         self.frame: list[Frame | None] = [None]
 
-    def table(self, p: Profile, metric: str) -> dict[int, list]:
-        """Per path id: [inclusive, exclusive, first node id] of `metric` in `p`."""
+    def table(self, p: Profile, metric: str, splice: bool) -> dict[int, list]:
+        """Per path id: [inclusive, exclusive, first node id] of `metric` in `p`. With `splice`,
+        frames of Python's import system are left out of the paths: their exclusive value goes
+        to the path of their parent, their children hang under it."""
         values = p._values.get(metric, {})
         frames = p.frames
         parent = p.node_parent
@@ -73,7 +75,14 @@ class _Paths:
         key_of = [0] * len(parent)
         table: dict[int, list] = {}
         for n in range(1, len(parent)):
-            k = (key_of[parent[n]], frames[node_frame[n]])
+            frame = frames[node_frame[n]]
+            if splice and frame.import_system() and parent[n] > 0:
+                kid = key_of[n] = key_of[parent[n]]
+                v = values.get(n)
+                if v is not None and kid in table:
+                    table[kid][1] += v[0]
+                continue
+            k = (key_of[parent[n]], frame)
             kid = intern.get(k)
             if kid is None:
                 kid = len(self.parent)
@@ -101,14 +110,20 @@ class _Paths:
 
 
 def diff_profiles(
-    a: Profile, b: Profile, metric: str | None = None, *, min_delta: float = 0.0
+    a: Profile,
+    b: Profile,
+    metric: str | None = None,
+    *,
+    min_delta: float = 0.0,
+    import_frames: bool = False,
 ) -> DiffResult:
     """Paths whose inclusive or exclusive `metric` differs between A and B, ranked.
 
     Ranking is by the absolute change of the exclusive value (where the time itself moved), ties
     by the absolute inclusive change. Paths whose values are equal in both, or whose largest
     absolute change is at most `min_delta`, are left out, so a profile diffed against itself
-    gives an empty result.
+    gives an empty result. Python's import-system frames are spliced out of the paths unless
+    `import_frames` (as in `deepcontext report`).
     """
     metric = metric or a.default_metric()
     if metric not in a.metrics and metric not in b.metrics:
@@ -116,8 +131,8 @@ def diff_profiles(
         raise UserError(f"unknown metric {metric!r} (these profiles have: {known})")
     unit = (a.metrics.get(metric) or b.metrics[metric]).unit
     paths = _Paths()
-    ta = paths.table(a, metric)
-    tb = paths.table(b, metric)
+    ta = paths.table(a, metric, not import_frames)
+    tb = paths.table(b, metric, not import_frames)
     entries = []
     for kid, (ai, ae, an) in ta.items():
         rb = tb.get(kid)

@@ -19,7 +19,8 @@ API (all under /<token>/api/, `p` = 0 for the profile, 1 for the baseline):
   float64 inclusive[n] then exclusive[n];
 - source?p=&file=: {"file", "text"} for a file named by the profile;
 - findings: the analyzer's findings for the profile (empty when the analyzer is not installed);
-- diff?metric=: the ranked path differences (deepcontext.diff.diff_profiles, baseline -> profile).
+- diff?metric=&import_frames=1: the ranked path differences (deepcontext.diff.diff_profiles,
+  baseline -> profile; Python's import-system frames kept with import_frames=1).
 """
 
 from __future__ import annotations
@@ -232,12 +233,14 @@ def _run_analyzer(profile: Profile) -> dict:
         return {"available": True, "findings": [], "error": f"{type(exc).__name__}: {exc}"}
 
 
-def _diff(cur: Profile, base: Profile, metric: str | None, limit: int = 200) -> dict:
+def _diff(
+    cur: Profile, base: Profile, metric: str | None, import_frames: bool, limit: int = 200
+) -> dict:
     try:
         from .diff import diff_profiles
     except ImportError:
         return {"available": False, "entries": []}
-    res = diff_profiles(base, cur, metric)
+    res = diff_profiles(base, cur, metric, import_frames=import_frames)
     entries = []
     for e in res.entries[:limit]:
         entries.append(
@@ -280,7 +283,7 @@ class GuiServer:
         self.data = [ProfileData(prof)] + ([ProfileData(base)] if base is not None else [])
         self.static_dir = os.path.realpath(static_dir)
         self.token = token or secrets.token_urlsafe(18)
-        self._diff_cache: dict[str, dict] = {}
+        self._diff_cache: dict[tuple[str, bool], dict] = {}
         handler = type("Handler", (_Handler,), {"app": self})
         try:
             self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
@@ -333,13 +336,15 @@ class GuiServer:
             raise Refused(404, "no such profile")
         return self.data[int(p)]
 
-    def diff(self, metric: str | None) -> dict:
+    def diff(self, metric: str | None, import_frames: bool = False) -> dict:
         if len(self.data) < 2:
             raise Refused(404, "no baseline profile given")
-        key = metric or ""
+        key = (metric or "", import_frames)
         if key not in self._diff_cache:
             try:
-                self._diff_cache[key] = _diff(self.data[0].profile, self.data[1].profile, metric)
+                self._diff_cache[key] = _diff(
+                    self.data[0].profile, self.data[1].profile, metric, import_frames
+                )
             except UserError as exc:
                 raise Refused(400, str(exc)) from None
         return self._diff_cache[key]
@@ -449,6 +454,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif name == "findings":
             self._json(app.data[0].findings())
         elif name == "diff":
-            self._json(app.diff(query.get("metric", [None])[0]))
+            imports = query.get("import_frames", ["0"])[0] == "1"
+            self._json(app.diff(query.get("metric", [None])[0], imports))
         else:
             raise Refused(404, "no such API")

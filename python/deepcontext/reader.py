@@ -58,6 +58,15 @@ class Frame:
             return f"[{self.kind}] {self.name}" if self.name else f"[{self.kind}]"
         return self.name
 
+    def import_system(self) -> bool:
+        """Python's own import machinery (`<frozen importlib._bootstrap>`, `_bootstrap_external`,
+        `<frozen zipimport>`): five or more frames between an `import` line and the imported
+        module's code, the same on every import. Reports and diffs splice them out by default."""
+        return self.kind == "python" and self.file.startswith(_IMPORT_SYSTEM)
+
+
+_IMPORT_SYSTEM = ("<frozen importlib.", "<frozen zipimport>")
+
 
 @dataclass
 class Metric:

@@ -509,16 +509,6 @@ def parse_kinds(values: Iterable[str]) -> set[str]:
     return kinds
 
 
-_IMPORT_SYSTEM = ("<frozen importlib.", "<frozen zipimport>")
-
-
-def import_machinery(f: Frame) -> bool:
-    """Python's own import system (`<frozen importlib._bootstrap>`, `_bootstrap_external`,
-    `zipimport`): five or more frames between an `import` line and the imported module's code,
-    the same on every import. The report splices them out unless asked to keep them."""
-    return f.kind == "python" and f.file.startswith(_IMPORT_SYSTEM)
-
-
 def compile_regex(pattern: str, what: str) -> re.Pattern:
     try:
         return re.compile(pattern)

@@ -30,6 +30,7 @@ def run_profiler(out: Path, *args: str, cwd: Path | None = None) -> Path:
 def work_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("gui-work")
     shutil.copy(PROGRAM, d / "work.py")
+    shutil.copy(PROGRAM.parent / "tables.py", d / "tables.py")
     return d
 
 

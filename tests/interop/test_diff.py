@@ -67,3 +67,27 @@ def test_diff_new_and_vanished(dedupe_profiles):
 def test_diff_errors(dedupe_profiles):
     r = cli("diff", dedupe_profiles["slow"], dedupe_profiles["fixed"], "-m", "nope", check=False)
     assert r.returncode != 0 and "unknown metric" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_import_system_frames_are_spliced_out_of_the_paths(dedupe_profiles, train_profile):
+    """The training program imports torch: hundreds of paths through Python's import system.
+    By default they are spliced out (as in `deepcontext report`), their time kept on the
+    import line's path; with import_frames they are there."""
+    a, b = load(dedupe_profiles["slow"]), load(train_profile)
+    spliced = diff_profiles(a, b, "cpu_time")
+    kept = diff_profiles(a, b, "cpu_time", import_frames=True)
+    assert not [e for e in spliced.entries if any(f.import_system() for f in e.path)]
+    assert [e for e in kept.entries if any(f.import_system() for f in e.path)]
+    for res in (spliced, kept):
+        total = sum(e.delta_exclusive for e in res.entries)
+        assert abs(total - (res.total_b - res.total_a)) <= 1e-6 * res.total_b
+    # A path outside the import system has the same values either way.
+    top = max(
+        (e for e in kept.entries if not any(f.import_system() for f in e.path)),
+        key=lambda e: e.b_inclusive,
+    )
+    same = [e for e in spliced.entries if e.path == top.path]
+    assert same and same[0].b_inclusive == top.b_inclusive
+    r = cli("diff", dedupe_profiles["slow"], train_profile, "--format", "json", "--import-frames")
+    files = {f["file"] for e in json.loads(r.stdout)["entries"] for f in e["path"]}
+    assert any(f.startswith("<frozen importlib.") for f in files)

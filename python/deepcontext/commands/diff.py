@@ -26,6 +26,11 @@ def register(subparsers) -> None:
         metavar="PCT",
         help="leave out paths whose change is below PCT percent of the larger total",
     )
+    p.add_argument(
+        "--import-frames",
+        action="store_true",
+        help="keep the frames of Python's import system in the paths (spliced out by default)",
+    )
     p.set_defaults(func=main)
 
 
@@ -35,7 +40,7 @@ def main(args) -> int:
     from ..render import format_value, frame_dict, frame_label
 
     a, b = load(args.a), load(args.b)
-    res = diff_profiles(a, b, args.metric)
+    res = diff_profiles(a, b, args.metric, import_frames=args.import_frames)
     if args.min_share > 0:
         cut = max(abs(res.total_a), abs(res.total_b)) * args.min_share / 100.0
         res.entries = [

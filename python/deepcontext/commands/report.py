@@ -17,7 +17,6 @@ from ..render import (
     frame_dict,
     frame_label,
     frame_matches,
-    import_machinery,
     invert,
     json_tree,
     load_tree,
@@ -109,7 +108,7 @@ def build_view(tree: Tree, args) -> Tree:
         return (
             f.kind in kinds
             or (match is not None and match(f))
-            or (not args.import_frames and import_machinery(f))
+            or (not args.import_frames and f.import_system())
         )
 
     hide = tree.frame_mask(hidden)

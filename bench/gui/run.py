@@ -94,7 +94,8 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        shutil.copy(ROOT / "tests" / "gui" / "programs" / "work.py", d / "work.py")
+        for name in ("work.py", "tables.py"):  # work.py imports tables.py
+            shutil.copy(ROOT / "tests" / "gui" / "programs" / name, d / name)
         subprocess.run(
             [sys.executable, "-m", "deepcontext", "run", "-o", "real.dctx", "work.py"],
             cwd=d,

@@ -31,6 +31,9 @@ import subprocess
 import sys
 import tempfile
 
+from deepcontext.capi import Frame
+from deepcontext.reader import FRAME_KINDS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CASES = [
@@ -54,17 +57,7 @@ def build(out_dir: str) -> str:
     return lib
 
 
-class Frame(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("name", ctypes.c_char_p),
-        ("file", ctypes.c_char_p),
-        ("line", ctypes.c_uint32),
-        ("module", ctypes.c_char_p),
-    ]
-
-
-HLO_OP, JAX_OP = 13, 14
+HLO_OP, JAX_OP = FRAME_KINDS.index("hlo_op"), FRAME_KINDS.index("jax_op")
 
 
 def prepare(layer: ctypes.CDLL, domain: int, hbase: int, hstride: int, thunks: int) -> None:

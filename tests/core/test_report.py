@@ -160,3 +160,26 @@ def test_bad_transform_arguments_are_one_line_errors(profile):
         assert r.returncode != 0
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_vectorized_splice_matches_the_node_by_node_transform(profile):
+    """Tree.transformed splices hidden frames with numpy when no two shown siblings meet (the
+    common case) and node by node otherwise; on a real profile both give the same tree."""
+    from deepcontext.render import load_tree
+
+    tree = load_tree(str(profile))
+    mask = tree.frame_mask(lambda f: f.import_system())
+    assert mask.any()
+    fast = tree._splice(mask)
+    assert fast is not None
+    for a, b in zip(fast, tree._remap(mask, None), strict=True):
+        assert a.tolist() == b.tolist()
+    # Hiding the module's lines and big/small makes leaf()'s lines meet under the thread from
+    # both callers: then the node-by-node path merges them.
+    callers = tree.frame_mask(lambda f: f.name in ("<module>", "big", "small"))
+    assert tree._splice(callers) is None
+    merged = tree.transformed(hide=callers)
+    leaf = [i for i in range(len(merged)) if merged.frames[int(merged.frame[i])].name == "leaf"]
+    keys = [(int(merged.parent[i]), int(merged.frame[i])) for i in leaf]
+    assert leaf and len(keys) == len(set(keys))
+    assert merged.metrics["cpu_time"].inc[0] == pytest.approx(tree.metrics["cpu_time"].inc[0])

@@ -205,10 +205,10 @@ class Tree:
         return Tree(self.profile, parent_a, frame_a, data, origin, self.frames)
 
     def _splice(self, hide: np.ndarray):
-        """`transformed`'s node mapping for `hide` alone, vectorized, or None when two shown
-        siblings meet under one parent with the same frame (then they merge, and their subtrees
-        with them: `_remap` does that node by node). Common case: the import system's frames
-        spliced out of a profile of a million nodes in a fraction of a second."""
+        """`transformed`'s node mapping for `hide` alone, with numpy: each hidden node goes to its
+        nearest shown ancestor; shown siblings that then meet under one parent with the same
+        frame merge, level by level of the new tree. None for trees so deep and thin that a
+        numpy call per level would cost more than `_remap`'s loop over the nodes."""
         n = len(self.parent)
         idx = np.arange(n, dtype=np.int64)
         hide = hide.copy()
@@ -222,16 +222,58 @@ class Tree:
                 break
             up = nxt
         shown = np.flatnonzero(~hide)
-        new_parent_old = up[self.parent[shown[1:]]]  # in old ids; shown[0] is the root
+        kids = shown[1:]  # shown[0] is the root
+        sparent = up[self.parent[kids]]  # each shown node's new parent, as an old id
         top = int(self.frame.max()) + 1 if n else 1
-        keys = new_parent_old * top + self.frame[shown[1:]]
-        if len(np.unique(keys)) != len(keys):
+        keys = sparent * top + self.frame[kids]
+        keys.sort()
+        if not (keys[1:] == keys[:-1]).any():  # nothing merges: the shown nodes in their order
+            new_id = np.full(n, -1, dtype=np.int64)
+            new_id[shown] = np.arange(len(shown), dtype=np.int64)
+            parent_a = np.zeros(len(shown), dtype=np.int64)
+            parent_a[1:] = new_id[sparent]
+            return new_id[up], parent_a, self.frame[shown].astype(np.int64), shown.copy()
+        # Depth in the new tree (list ranking over the shown nodes' new parents).
+        ptr = np.zeros(n, dtype=np.int64)
+        ptr[kids] = sparent
+        depth = np.zeros(n, dtype=np.int64)
+        depth[kids] = 1
+        while ptr.any():
+            depth = depth + depth[ptr]
+            ptr = ptr[ptr]
+        order = kids[np.lexsort((kids, depth[kids]))]
+        bounds = np.flatnonzero(np.diff(depth[order])) + 1
+        if len(bounds) + 1 > max(64, len(kids) // 64):
             return None
-        new_id = np.full(n, -1, dtype=np.int64)
-        new_id[shown] = np.arange(len(shown), dtype=np.int64)
-        parent_a = np.zeros(len(shown), dtype=np.int64)
-        parent_a[1:] = new_id[new_parent_old]
-        return new_id[up], parent_a, self.frame[shown].astype(np.int64), shown.copy()
+        merged = np.full(n, -1, dtype=np.int64)
+        merged[0] = 0
+        parents, frames, origins = (
+            [np.zeros(1, np.int64)],
+            [self.frame[:1]],
+            [np.zeros(1, np.int64)],
+        )
+        next_id = 1
+        for level in np.split(order, bounds):
+            pk = merged[up[self.parent[level]]]
+            key = pk * top + self.frame[level]
+            _, first, inv, counts = np.unique(
+                key, return_index=True, return_inverse=True, return_counts=True
+            )
+            perm = np.argsort(first, kind="stable")  # groups in order of their first node
+            rank = np.empty_like(perm)
+            rank[perm] = np.arange(len(perm))
+            merged[level] = next_id + rank[inv.ravel()]
+            lead = level[first[perm]]
+            parents.append(pk[first[perm]])
+            frames.append(self.frame[lead])
+            origins.append(np.where(counts[perm] == 1, lead, -1))
+            next_id += len(perm)
+        return (
+            merged[up],
+            np.concatenate(parents),
+            np.concatenate(frames).astype(np.int64),
+            np.concatenate(origins),
+        )
 
     def _remap(self, hide: np.ndarray | None, focus: np.ndarray | None):
         """`transformed`'s node mapping, node by node: the old node -> new node map (-1: left

@@ -13,6 +13,7 @@
 
 #include "deepcontext/timeline.h"
 #include "occupancy.h"
+#include "recorder.h"
 
 namespace dctx::gpu {
 namespace {
@@ -647,15 +648,6 @@ void Processor::add_dropped(uint64_t count) {
   std::lock_guard lock(mutex_);
   stats_.dropped += count;
 }
-
-namespace {
-
-// The device's name is the driver's: bytes that are not UTF-8 are replaced, not refused.
-std::string json_text(const nlohmann::ordered_json &j) {
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
-}  // namespace
 
 void Processor::publish_devices() {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();

@@ -18,6 +18,10 @@ std::string text(const char *s) { return s ? s : ""; }
 
 }  // namespace
 
+std::string json_text(const Json &j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 Recorder::Recorder(const char *path, DeviceQuery query)
     : file_(std::fopen(path, "w")), query_(std::move(query)) {}
 
@@ -31,8 +35,7 @@ void Recorder::close() {
 
 void Recorder::write_line(const Json &record) {
   if (!file_) return;
-  // Kernel and file names are the program's: bytes that are not UTF-8 are replaced, not refused.
-  const std::string line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
+  const std::string line = json_text(record);
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fputc('\n', file_);
 }

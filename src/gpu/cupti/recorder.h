@@ -17,6 +17,11 @@
 
 namespace dctx::gpu {
 
+/* JSON text of a fixture line or of the layer's metadata (gpu_devices, gpu_stats). Kernel, file
+ * and device names come from the program and the driver: bytes that are not UTF-8 are replaced
+ * (U+FFFD), not refused. */
+std::string json_text(const nlohmann::ordered_json &j);
+
 class Recorder {
  public:
   using DeviceQuery = std::function<bool(uint32_t ordinal, dctx_gpu_device *out)>;

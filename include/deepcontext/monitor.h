@@ -108,6 +108,15 @@ dctx_metric dctx_metric_id(const char *name, const char *unit, const char *descr
 void dctx_add(dctx_node node, dctx_metric metric, double value);
 /* dctx_add of two metrics of one node in one call (per-operator time and count). */
 void dctx_add2(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2);
+/* Step-sampled tracing (docs/design.md): values measured in a traced step that stands for
+ * untraced ones. They are kept apart from dctx_add's and scaled at every write by the weight
+ * last given to dctx_set_sample_weight (the steps of the sampled phase over those traced). */
+void dctx_add_sampled(dctx_node node, dctx_metric metric, double value);
+void dctx_add2_sampled(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2);
+void dctx_set_sample_weight(double weight);
+/* Folds the sampled values added so far into their metrics at this weight (a phase of sampling
+ * ends; later ones get the weight set afterwards). */
+void dctx_commit_sampled(double weight);
 /* A per-node property (e.g. input shapes, kernel grid); the last value wins. */
 void dctx_set_prop(dctx_node node, const char *key, const char *value);
 /* Called on the writer's thread before every write of the profile (checkpoint or final), so a

@@ -42,5 +42,9 @@ def library() -> ctypes.CDLL:
         lib.dctx_metric_id.restype = u32
         lib.dctx_add.argtypes = [u32, u32, ctypes.c_double]
         lib.dctx_add.restype = None
+        lib.dctx_set_sample_weight.argtypes = [ctypes.c_double]
+        lib.dctx_set_sample_weight.restype = None
+        lib.dctx_commit_sampled.argtypes = [ctypes.c_double]
+        lib.dctx_commit_sampled.restype = None
         _lib = lib
     return _lib

@@ -142,7 +142,17 @@ def _load():
     lib.dctx_cupti_stop.restype = None
     lib.dctx_cupti_message.restype = ctypes.c_char_p
     lib.dctx_cupti_library.restype = ctypes.c_char_p
+    lib.dctx_cupti_set_tracing.argtypes = [ctypes.c_int]
+    lib.dctx_cupti_set_tracing.restype = ctypes.c_int
     return lib
+
+
+def set_tracing(mode: int) -> None:
+    """Step-sampled tracing (deepcontext.step_sampling): 0 turns CUPTI's launch callbacks and
+    activity records off until the next call; 1 traces at weight 1; 2 traces a step that stands
+    for untraced ones. Ignored until tracing has started (then it starts in the current mode)."""
+    if _started and _lib is not None:
+        _lib.dctx_cupti_set_tracing(mode)
 
 
 def _say(message: str) -> None:
@@ -189,6 +199,11 @@ def _start(framework: str = "") -> None:
         _message = _lib.dctx_cupti_message().decode(errors="replace")
         if code != 0:
             _say(_message)
+            return
+    from . import step_sampling
+
+    if step_sampling.mode() != step_sampling.FULL:  # started inside an untraced step
+        set_tracing(step_sampling.mode())
 
 
 def _synchronize_devices() -> None:

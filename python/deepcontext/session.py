@@ -18,7 +18,9 @@ import socket
 import sys
 import threading
 
-INTEGRATIONS = ("torch_support", "gpu", "jax_support", "timeline")
+# step_sampling last: it drives the torch and GPU layers, and stops first (its weights and metadata
+# go in before they write their last values).
+INTEGRATIONS = ("torch_support", "gpu", "jax_support", "timeline", "step_sampling")
 
 _state: dict | None = None
 _atexit_registered = False
@@ -81,6 +83,9 @@ def start(output: str | None = None, **options) -> str:
     }
     opts.update({k: v for k, v in options.items() if v is not None})
     opts["output"] = output
+    from .step_sampling import Settings
+
+    Settings.from_options(opts)  # a bad --trace-steps is the caller's error, before we start
     # Import the integrations before sampling starts: their import is ours, not the program's.
     modules = integration_modules()
     core.start(
@@ -140,8 +145,13 @@ def stop() -> str | None:
 
 def mark_step() -> None:
     """End a training step (`deepcontext.step()`, `profile.step()`): the bounded timeline keeps
-    whole steps. A no-op when no timeline is recorded."""
-    if _state is not None and _state["options"].get("timeline"):
+    whole steps, step-sampled tracing counts them (and stops detecting optimizer steps)."""
+    if _state is None:
+        return
+    from . import step_sampling
+
+    step_sampling.step()
+    if _state["options"].get("timeline"):
         from . import timeline
 
         timeline.step()

@@ -235,6 +235,10 @@ def _on_torch_imported() -> None:
         if lib.dctx_torch_install(flags) != 0:
             raise RuntimeError("could not register the RecordFunction callback")
         _installed = True
+        from . import step_sampling
+
+        if step_sampling.mode() != step_sampling.FULL:
+            lib.dctx_torch_set_tracing(step_sampling.mode())
         if flags & FLAG_MODULES:
             _install_module_hooks(lib)
         if flags & FLAG_MEMORY:
@@ -289,6 +293,14 @@ def _after_fork_child() -> None:
     _installed = False  # the module hooks stay registered (inert); a restart reuses them
     if _core_loaded():
         _core().module_hooks_enable(False)
+
+
+def set_tracing(mode: int) -> None:
+    """Step-sampled tracing (deepcontext.step_sampling): 0 removes the operator callback and
+    stops recording allocations until the next call; 1 traces at weight 1; 2 traces a step that
+    stands for untraced ones."""
+    if _installed and _lib is not None:
+        _lib.dctx_torch_set_tracing(mode)
 
 
 def stats() -> tuple[int, int, int]:
@@ -509,6 +521,8 @@ def _bind(lib) -> None:
     lib.dctx_torch_uninstall.restype = None
     lib.dctx_torch_uninstall.argtypes = []
     lib.dctx_torch_disable_in_child.restype = None
+    lib.dctx_torch_set_tracing.restype = i32
+    lib.dctx_torch_set_tracing.argtypes = [i32]
     lib.dctx_torch_disable_in_child.argtypes = []
     lib.dctx_torch_module_frame.restype = u32
     lib.dctx_torch_module_frame.argtypes = [ctypes.c_char_p]

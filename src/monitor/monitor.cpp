@@ -294,6 +294,14 @@ void dctx_add(dctx_node node, dctx_metric metric, double value) { tree().add(nod
 void dctx_add2(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2) {
   tree().add2(node, m1, v1, m2, v2);
 }
+void dctx_add_sampled(dctx_node node, dctx_metric metric, double value) {
+  tree().add(node, dctx::sampled_metric(metric), value);
+}
+void dctx_add2_sampled(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2) {
+  tree().add2(node, dctx::sampled_metric(m1), v1, dctx::sampled_metric(m2), v2);
+}
+void dctx_set_sample_weight(double weight) { tree().set_sample_weight(weight); }
+void dctx_commit_sampled(double weight) { tree().commit_sampled(weight); }
 void dctx_set_prop(dctx_node node, const char *key, const char *value) {
   tree().set_prop(node, key ? key : "", value ? value : "");
 }

@@ -120,6 +120,7 @@ dctx_metric Tree::metric(std::string_view name, std::string_view unit, std::stri
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < metrics_.size(); ++i)
     if (metrics_[i].name == name) return static_cast<dctx_metric>(i);
+  if (metrics_.size() >= kSampledBit - 1) return static_cast<dctx_metric>(kSampledBit - 1);
   metrics_.push_back({std::string(name), std::string(unit), std::string(desc)});
   return static_cast<dctx_metric>(metrics_.size() - 1);
 }
@@ -165,6 +166,42 @@ void Tree::set_meta(std::string_view key, std::string_view value) {
   meta_[std::string(key)] = std::string(value);
 }
 
+void fold_sampled(std::map<uint64_t, Acc> &acc, double weight) {
+  std::vector<std::pair<uint64_t, Acc>> sampled;
+  for (auto it = acc.begin(); it != acc.end();) {
+    if ((it->first & kSampledBit) != 0) {
+      sampled.emplace_back(it->first & ~uint64_t{kSampledBit}, it->second);
+      it = acc.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto &[key, a] : sampled) {
+    if (a.count == 0) continue;  // emptied by commit_sampled
+    // A mean (sum / count) and the extremes stay those measured; sum and count stand for more.
+    a.sum *= weight;
+    a.count = static_cast<uint64_t>(std::llround(static_cast<double>(a.count) * weight));
+    if (a.count == 0) a.count = 1;
+    acc[key].merge(a);
+  }
+}
+
+void Tree::commit_sampled(double w) {
+  std::lock_guard lock(shards_mu_);
+  for (Shard *sh : shards_) {
+    std::lock_guard l(sh->mu);
+    std::map<uint64_t, Acc> sampled;
+    for (auto &[k, a] : sh->acc)
+      if ((k & kSampledBit) != 0 && a.count != 0) {
+        sampled[k] = a;
+        a = Acc{};  // stays in the map: the shard's cache may point at it
+      }
+    if (sampled.empty()) continue;
+    fold_sampled(sampled, w);
+    for (auto &[k, a] : sampled) sh->at(k).merge(a);
+  }
+}
+
 Snapshot Tree::snapshot() {
   Snapshot s;
   {
@@ -187,6 +224,7 @@ Snapshot Tree::snapshot() {
     std::lock_guard lock(sh->mu);
     for (auto &[k, a] : sh->acc) s.acc[k].merge(a);
   }
+  fold_sampled(s.acc, sample_weight_.load(std::memory_order_relaxed));
   return s;
 }
 
@@ -200,6 +238,7 @@ void Tree::clear_metrics() {
 
 void Tree::reset_session() {
   clear_metrics();
+  sample_weight_.store(1.0, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   notes_.clear();
   meta_.clear();

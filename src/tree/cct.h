@@ -63,6 +63,13 @@ struct Acc {
   }
 };
 
+// Step-sampled tracing: values of traced steps that stand for untraced ones (dctx_add_sampled)
+// accumulate under their metric id with this bit set, apart from the rest, and are scaled by the
+// sample weight when a snapshot is taken. Shard keys hold 16 bits of metric id, so real ids stay
+// below the bit (Tree::metric).
+constexpr dctx_metric kSampledBit = 0x8000;
+inline dctx_metric sampled_metric(dctx_metric m) { return m | kSampledBit; }
+
 struct MetricInfo {
   std::string name, unit, description;
 };
@@ -136,6 +143,11 @@ class Tree {
   // Two metrics of one node under one lock (an operator's time and count).
   void add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2);
   void set_prop(dctx_node n, std::string_view key, std::string_view value);
+  // The factor applied to sampled values (kSampledBit) at each snapshot.
+  void set_sample_weight(double w) { sample_weight_.store(w, std::memory_order_relaxed); }
+  // Folds the sampled values added so far into their metrics with this weight (a phase of
+  // sampling that ends: what is added afterwards gets the weight set then).
+  void commit_sampled(double w);
   void note(std::string_view msg);
   void set_meta(std::string_view key, std::string_view value);
 
@@ -166,6 +178,7 @@ class Tree {
   std::vector<std::string> notes_;
   std::map<std::string, std::string, std::less<>> meta_;
 
+  std::atomic<double> sample_weight_{1.0};
   std::mutex shards_mu_;
   std::vector<Shard *> shards_;  // never freed: a thread's shard outlives the thread
 };
@@ -181,6 +194,10 @@ struct Snapshot {
   std::vector<std::string> notes;
   std::map<std::string, std::string, std::less<>> meta;
 };
+
+// Merges the sampled accumulators (kSampledBit) of a snapshot into their metrics, scaled by
+// weight: sum and count times weight, min and max as measured.
+void fold_sampled(std::map<uint64_t, Acc> &acc, double weight);
 
 Tree &tree();
 

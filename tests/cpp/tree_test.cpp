@@ -54,6 +54,25 @@ TEST(Tree, ShardsFromManyThreadsMergeExactly) {
   EXPECT_DOUBLE_EQ(acc.max, 8.0);
 }
 
+TEST(Tree, SampledValuesAreScaledByTheWeightAtEachSnapshot) {
+  dctx::Tree t;
+  dctx_metric m = t.metric("gpu_time", "ns", "");
+  dctx_node n = t.child(0, t.frame(DCTX_FRAME_KERNEL, "gemm", "", 0, ""));
+  t.add(n, m, 10.0);  // a warm-up step, traced at weight 1
+  t.add(n, dctx::sampled_metric(m), 4.0);
+  t.add(n, dctx::sampled_metric(m), 6.0);
+  t.set_sample_weight(2.5);
+  dctx::Snapshot s = t.snapshot();
+  EXPECT_EQ(s.acc.count(dctx::Shard::key(n, dctx::sampled_metric(m))), 0u);
+  const dctx::Acc &acc = s.acc.at(dctx::Shard::key(n, m));
+  EXPECT_DOUBLE_EQ(acc.sum, 10.0 + 2.5 * 10.0);
+  EXPECT_EQ(acc.count, 1u + 5u);
+  EXPECT_DOUBLE_EQ(acc.min, 4.0);
+  EXPECT_DOUBLE_EQ(acc.max, 10.0);
+  t.set_sample_weight(4.0);  // a later checkpoint: more steps stand behind the same traced ones
+  EXPECT_DOUBLE_EQ(t.snapshot().acc.at(dctx::Shard::key(n, m)).sum, 10.0 + 4.0 * 10.0);
+}
+
 TEST(Tree, ClearMetricsKeepsTheTree) {
   dctx::Tree t;
   dctx_metric m = t.metric("samples", "count", "");

@@ -10,13 +10,14 @@ launching context's full path, as JSON lines. tests/gpu/test_replay.py replays t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ("eager", "graph", "threads")
+WORKLOADS = ("eager", "graph", "threads", "steps")
 
 
 def capture(name: str, out_dir: str) -> str:
@@ -32,6 +33,18 @@ def capture(name: str, out_dir: str) -> str:
         cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", os.path.join(tmp, "p.dctx")]
         cmd.append(os.path.join(HERE, "workloads", f"{name}.py"))
         subprocess.run(cmd, env=env, check=True, cwd=tmp)
+        if name == "steps":  # what the schedule decided, for the replay test's weights
+            sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+            from deepcontext import reader
+
+            meta = reader.load(os.path.join(tmp, "p.dctx")).meta
+            with open(os.path.join(out_dir, "steps.meta.json"), "w") as f:
+                json.dump(
+                    {k: v for k, v in meta.items() if k.startswith(("trace_", "steps_"))}
+                    | {"gpu_stats": meta.get("gpu_stats", "{}")},
+                    f,
+                    indent=1,
+                )
     return fixture
 
 

@@ -106,6 +106,7 @@ def _libraries():
         ctypes.c_uint64,
     ]
     gpu.dctx_cupti_replay_window.argtypes = [h, ctypes.c_int, ctypes.c_uint64, ctypes.c_double]
+    gpu.dctx_cupti_replay_span.argtypes = [h, ctypes.c_int]
     gpu.dctx_cupti_replay_close.argtypes = [h]
     return core, gpu
 
@@ -149,6 +150,8 @@ def replay(events: list[dict], observe=None) -> None:
             gpu.dctx_cupti_replay_graph_node(r, ev["tid"], ev["id"], ev["original"], ctx)
         elif e == "window":
             gpu.dctx_cupti_replay_window(r, ev["open"], ev["t"], ev["scale"])
+        elif e == "span":
+            gpu.dctx_cupti_replay_span(r, ev["mode"])
         elif e == "buffer":
             recs = ev["records"]
             arr = (Activity * max(len(recs), 1))()

@@ -179,6 +179,10 @@ class Analysis:
             "torch_version",
             "jax_version",
             "gpu_sampling_windows",
+            "trace_mode",
+            "steps_total",
+            "steps_traced",
+            "trace_weight",
         )
         return {
             "format": FORMAT,

@@ -45,6 +45,12 @@ def render_text(a: Analysis, width: int = 100) -> str:
             f"GPU activity was sampled ({a.meta['gpu_sampling_windows']} windows, "
             "--cuda-graphs sample): GPU times and savings are estimates"
         )
+    if a.meta.get("steps_traced") and a.meta.get("trace_weight", "1") != "1":
+        lines.append(
+            f"Step-sampled tracing: operator, memory and GPU values estimated from "
+            f"{a.meta['steps_traced']} of {a.meta.get('steps_total', '?')} steps "
+            "(--trace all traces every step)"
+        )
     wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
     for i, f in enumerate(a.findings, 1):
         unit = units.get(f.metric, "ns")

@@ -66,6 +66,12 @@ enum : int {
 
 std::atomic<bool> g_enabled{false};
 std::atomic<bool> g_mem_enabled{false};
+// Step-sampled tracing (deepcontext.step_sampling): between traced steps the RecordFunction
+// callback is removed and allocations are not recorded (frees still are, so that live bytes stay
+// right); inside a traced step of the sampled phase, values go to the core's sampled accumulators,
+// which the writer scales by the steps each traced one stands for.
+std::atomic<bool> g_tracing{true};
+std::atomic<bool> g_sampled{false};
 std::atomic<uint32_t> g_generation{1};  // bumped on install and in a forked child
 int g_flags = 0;
 at::CallbackHandle g_handle = 0;
@@ -159,6 +165,7 @@ struct OpEntry {
   int64_t child_ns;
   int64_t seq;    // -1 when not recorded in the forward map
   uint32_t step;  // timeline step at entry
+  bool sampled;   // entered in a traced step of the sampled phase
 };
 
 struct NameSlot {
@@ -290,6 +297,8 @@ struct NodeMem {
   int64_t reported_peak[2] = {0, 0};
   int64_t pending_bytes[2] = {0, 0};
   int64_t pending_count[2] = {0, 0};
+  int64_t sampled_bytes[2] = {0, 0};  // in traced steps of the sampled phase
+  int64_t sampled_count[2] = {0, 0};
 };
 
 using LiveTable = dctx::LiveTable<NodeMem>;
@@ -306,6 +315,8 @@ void report_alloc(void *ptr, int64_t size, c10::Device device) {
   const int dev = device.is_cpu() ? 0 : 1;
   const uintptr_t key = reinterpret_cast<uintptr_t>(ptr) ^ (uintptr_t(dev) << 63);
   if (size > 0) {
+    if (!g_tracing.load(std::memory_order_relaxed)) return;
+    const bool sampled = g_sampled.load(std::memory_order_relaxed);
     ThreadState &ts = tls();
     const dctx_node node = !ts.ops.empty() ? ts.ops.back().node : dctx_current();
     std::lock_guard<std::mutex> lock(g_mem_mu);
@@ -318,8 +329,8 @@ void report_alloc(void *ptr, int64_t size, c10::Device device) {
     g_live->put(key, &m, size);
     m.live[dev] += size;
     m.peak[dev] = std::max(m.peak[dev], m.live[dev]);
-    m.pending_bytes[dev] += size;
-    m.pending_count[dev] += 1;
+    (sampled ? m.sampled_bytes : m.pending_bytes)[dev] += size;
+    (sampled ? m.sampled_count : m.pending_count)[dev] += 1;
   } else {
     std::lock_guard<std::mutex> lock(g_mem_mu);
     LiveTable::Slot s;
@@ -445,7 +456,7 @@ void flush_memory(int /*final*/, void * /*user*/) {
   struct Out {
     dctx_node node;
     int dev;
-    int64_t bytes, count, peak_delta;
+    int64_t bytes, count, peak_delta, sampled_bytes, sampled_count;
   };
   std::vector<Out> out;
   {
@@ -454,10 +465,11 @@ void flush_memory(int /*final*/, void * /*user*/) {
     for (auto &[node, m] : *g_node_mem) {
       for (int dev = 0; dev < 2; ++dev) {
         int64_t dp = m.peak[dev] - m.reported_peak[dev];
-        if (m.pending_count[dev] == 0 && dp <= 0) continue;
-        out.push_back(Out{node, dev, m.pending_bytes[dev], m.pending_count[dev], dp});
-        m.pending_bytes[dev] = 0;
-        m.pending_count[dev] = 0;
+        if (m.pending_count[dev] == 0 && m.sampled_count[dev] == 0 && dp <= 0) continue;
+        out.push_back(Out{node, dev, m.pending_bytes[dev], m.pending_count[dev], dp,
+                          m.sampled_bytes[dev], m.sampled_count[dev]});
+        m.pending_bytes[dev] = m.sampled_bytes[dev] = 0;
+        m.pending_count[dev] = m.sampled_count[dev] = 0;
         if (dp > 0) m.reported_peak[dev] = m.peak[dev];
       }
     }
@@ -466,6 +478,10 @@ void flush_memory(int /*final*/, void * /*user*/) {
     if (o.count > 0) {
       dctx_add(o.node, g_m_alloc_bytes[o.dev], double(o.bytes));
       dctx_add(o.node, g_m_alloc_count[o.dev], double(o.count));
+    }
+    if (o.sampled_count > 0) {
+      dctx_add_sampled(o.node, g_m_alloc_bytes[o.dev], double(o.sampled_bytes));
+      dctx_add_sampled(o.node, g_m_alloc_count[o.dev], double(o.sampled_count));
     }
     if (o.peak_delta > 0) dctx_add(o.node, g_m_peak_bytes[o.dev], double(o.peak_delta));
   }
@@ -573,7 +589,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       }
     }
   }
-  ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq, dctx_timeline_step()});
+  ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq, dctx_timeline_step(),
+                           g_sampled.load(std::memory_order_relaxed)});
   // Intra-op pool threads (at::parallel_for, OpenMP) run no Python and no RecordFunction: the
   // sampler puts their CPU time under the operator running meanwhile.
   dctx_set_worker_context(node);
@@ -596,7 +613,10 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
     int64_t excl = elapsed - e.child_ns;
     if (excl < 0) excl = 0;
     if (g_enabled.load(std::memory_order_relaxed)) {
-      dctx_add2(e.node, g_m_op_time, double(excl), g_m_op_count, 1.0);
+      if (e.sampled)
+        dctx_add2_sampled(e.node, g_m_op_time, double(excl), g_m_op_count, 1.0);
+      else
+        dctx_add2(e.node, g_m_op_time, double(excl), g_m_op_count, 1.0);
       if (dctx_timeline_on())
         dctx_timeline_record(DCTX_FRAME_OPERATOR, e.node, e.start_ns, t, e.step);
     }
@@ -607,6 +627,28 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext * /*ctx*/) {
   // the operator whose parallel region left it spinning.
   if (!ts.ops.empty()) dctx_set_worker_context(ts.ops.back().node);
   g_ops.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool add_callback() {
+  try {
+    auto cb = at::RecordFunctionCallback(on_start, on_end)
+                  .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                           at::RecordScope::USER_SCOPE})
+                  .needsInputs((g_flags & kFlagShapes) != 0);
+    g_handle = at::addGlobalCallback(cb);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void remove_callback() {
+  if (g_handle == 0) return;
+  try {
+    at::removeCallback(g_handle);
+  } catch (...) {
+  }
+  g_handle = 0;
 }
 
 void fork_prepare() { g_mem_mu.lock(); }
@@ -662,17 +704,9 @@ DCTX_EXPORT int dctx_torch_install(int flags) {
   g_backward_frame = frame_for(DCTX_FRAME_BACKWARD, "backward", nullptr);
   // In a forked child that restarts profiling the parent's callback is still registered (and
   // inert since dctx_torch_disable_in_child): reuse it instead of adding a second one.
-  if (g_handle == 0) {
-    try {
-      auto cb = at::RecordFunctionCallback(on_start, on_end)
-                    .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
-                             at::RecordScope::USER_SCOPE})
-                    .needsInputs((flags & kFlagShapes) != 0);
-      g_handle = at::addGlobalCallback(cb);
-    } catch (...) {
-      return -1;
-    }
-  }
+  g_tracing.store(true);
+  g_sampled.store(false);
+  if (g_handle == 0 && !add_callback()) return -1;
   g_enabled.store(true);
   if (flags & kFlagMemory) {
     g_mem_enabled.store(true);
@@ -691,13 +725,9 @@ DCTX_EXPORT void dctx_torch_uninstall(void) {
   flush_memory(0, nullptr);
   g_mem_enabled.store(false);
   unwrap_cpu_allocator();
-  if (g_handle != 0) {
-    try {
-      at::removeCallback(g_handle);
-    } catch (...) {
-    }
-    g_handle = 0;
-  }
+  remove_callback();
+  g_tracing.store(true);
+  g_sampled.store(false);
   if (g_flush_handle != 0) {
     dctx_unregister_flush_hook(g_flush_handle);
     g_flush_handle = 0;
@@ -711,6 +741,23 @@ DCTX_EXPORT void dctx_torch_uninstall(void) {
     } catch (...) {
     }
   }
+}
+
+/* Step-sampled tracing: mode 0 removes the RecordFunction callback and stops recording
+ * allocations (a step that is not traced costs the program nothing of ours); 1 traces at weight
+ * 1 (warm-up, a run without steps); 2 traces a step that stands for others (sampled values).
+ * RecordFunction keeps the callbacks a record started with, so the operators open at a switch
+ * still end through on_end. Called between steps by one thread. */
+DCTX_EXPORT int dctx_torch_set_tracing(int mode) {
+  if (!g_enabled.load()) return -1;
+  g_sampled.store(mode == 2);
+  const bool on = mode != 0;
+  if (g_tracing.exchange(on) == on) return 0;
+  if (!on) {
+    remove_callback();
+    return 0;
+  }
+  return add_callback() ? 0 : -1;
 }
 
 /* In a forked child that is not profiled: stop without touching torch's callback registry (its

@@ -30,6 +30,10 @@ int dctx_cupti_start(const char *candidates, const char *record_path);
 /* Waits for the outstanding records, processes them, unsubscribes. Idempotent. */
 void dctx_cupti_stop(void);
 const char *dctx_cupti_message(void);
+/* Step-sampled tracing (deepcontext.step_sampling): 0 turns launch callbacks and activity records
+ * off until the next call; 1 traces at weight 1; 2 traces a step that stands for untraced ones.
+ * Returns 0, or -1 when not tracing or when --cuda-graphs sample drives the records. */
+int dctx_cupti_set_tracing(int mode);
 /* The loaded library's path, or "" */
 const char *dctx_cupti_library(void);
 
@@ -46,6 +50,8 @@ void dctx_cupti_replay_buffer(dctx_cupti_replay *r, const dctx_gpu_activity *rec
 /* Sampled tracing: a window of records opens (open=1) or closes (open=0) at ts; scale: the
  * nominal weight; open=0 with scale 0: the end of the run (the last window's weight). */
 void dctx_cupti_replay_window(dctx_cupti_replay *r, int open, uint64_t ts, double scale);
+/* Step-sampled tracing: a span begins (mode 1 or 2) or tracing stops (0), as set_tracing. */
+void dctx_cupti_replay_span(dctx_cupti_replay *r, int mode);
 /* Finishes (metadata, notes) and frees. */
 void dctx_cupti_replay_close(dctx_cupti_replay *r);
 

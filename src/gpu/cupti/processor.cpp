@@ -154,6 +154,12 @@ void Processor::count_launch(dctx_gpu_api_kind kind, bool add) {
 
 void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t correlation,
                           dctx_node context, uint64_t now_ns) {
+  // A call open on this thread when the callbacks went off never reported its exit.
+  const int64_t span = spans_begun_.load(std::memory_order_relaxed);
+  if (state.span != span) {
+    state.span = span;
+    state.depth = 0;
+  }
   if (state.depth++ == 0) {
     if (state.cached_frame != api.frame || state.cached_context != context ||
         state.cached_node == 0) {
@@ -172,12 +178,18 @@ void Processor::api_enter(ThreadState &state, const ApiInfo &api, uint32_t corre
     __atomic_store_n(&launch_steps_[correlation & (kLaunchSteps - 1)], dctx_timeline_step(),
                      __ATOMIC_RELAXED);
   correlations_.put(correlation, state.node);
+  last_correlation_.store(correlation, std::memory_order_relaxed);
 }
 
 void Processor::api_exit(ThreadState &state, uint64_t now_ns, bool failed) {
   if (state.depth == 0 || --state.depth != 0) return;
-  if (state.info->kind == DCTX_GPU_API_SYNC && now_ns > state.enter_ns)
-    dctx_add(state.node, m_sync_, static_cast<double>(now_ns - state.enter_ns));
+  if (state.info->kind == DCTX_GPU_API_SYNC && now_ns > state.enter_ns) {
+    const double t = static_cast<double>(now_ns - state.enter_ns);
+    if (span_sampled_.load(std::memory_order_relaxed))
+      dctx_add_sampled(state.node, m_sync_, t);
+    else
+      dctx_add(state.node, m_sync_, t);
+  }
   if (failed || state.captured) count_launch(state.info->kind, false);  // launched nothing
   if (dctx_timeline_on())  // the call on its CPU thread (steady clock: CLOCK_MONOTONIC)
     dctx_timeline_record(
@@ -351,9 +363,28 @@ double Processor::weight_of(int64_t index, bool graph) const {
                        graph);
 }
 
+void Processor::begin_span(bool sampled) {
+  std::lock_guard lock(windows_mutex_);
+  if (spans_.size() >= kMaxWindows) spans_.erase(spans_.begin());
+  const int64_t index = spans_begun_.fetch_add(1, std::memory_order_relaxed) + 1;
+  spans_.push_back({last_correlation_.load(std::memory_order_relaxed) + 1, index, sampled});
+  span_sampled_.store(sampled, std::memory_order_relaxed);
+  spans_on_.store(true, std::memory_order_release);
+}
+
 bool Processor::sampled(const dctx_gpu_activity &r, int64_t *window, double *weight) {
   *window = 0;
   *weight = 1.0;
+  record_sampled_ = false;
+  if (spans_on_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(windows_mutex_);
+    for (auto s = spans_.rbegin(); s != spans_.rend(); ++s) {
+      if (r.correlation < s->first) continue;
+      *window = s->index;
+      record_sampled_ = s->sampled;
+      break;
+    }
+  }
   if (!sampling_) return true;
   const uint64_t end = std::max(r.start, r.end);
   std::lock_guard lock(windows_mutex_);
@@ -371,6 +402,11 @@ bool Processor::sampled(const dctx_gpu_activity &r, int64_t *window, double *wei
 void Processor::add(dctx_node node, dctx_metric metric, double raw, double weight, bool graph) {
   if (weight == 0.0) {
     pending_[(uint64_t(node) << 32) | (graph ? 1u << 31 : 0u) | metric] += raw;
+    return;
+  }
+  if (record_sampled_) {
+    dctx_add_sampled(node, metric, raw * weight);
+    if (metric == m_gpu_time_) stats_.sampled_gpu_time_ns += raw * weight;
     return;
   }
   dctx_add(node, metric, raw * weight);
@@ -439,7 +475,7 @@ void Processor::kernel(const dctx_gpu_activity &r) {
   }
   if (r.end > r.start) {
     if (dev.pending.size() >= kIdleWindow) sweep_device(dev, false);  // never past its capacity
-    dev.pending.push_back({r.start, r.end, base, window, graph});
+    dev.pending.push_back({r.start, r.end, base, window, graph, record_sampled_});
   }
   if (dctx_timeline_on()) timeline_event(DCTX_FRAME_KERNEL, node, r, base != unattributed_node_);
 }
@@ -598,7 +634,9 @@ void Processor::sweep_device(DeviceState &dev, bool all) {
         std::lock_guard windows(windows_mutex_);
         weight = weight_of(k.window, k.graph);
       }
+      record_sampled_ = k.sampled;
       add(k.node, m_idle_, gap, weight, k.graph);
+      record_sampled_ = false;
       dev.idle_ns += gap * (weight == 0.0 ? scale_ : weight);  // the newest window: nominal
     }
     dev.busy_until = std::max(dev.busy_until, k.end);
@@ -689,7 +727,8 @@ void Processor::finish(bool final) {
       {"launches_received", s.launches_received},
       {"launch_calls", calls_.load(std::memory_order_relaxed)},
       {"outside_windows", s.outside_windows},
-      {"gpu_time_ns", std::llround(s.gpu_time_ns)}};
+      {"gpu_time_ns", std::llround(s.gpu_time_ns)},
+      {"sampled_gpu_time_ns", std::llround(s.sampled_gpu_time_ns)}};
   dctx_set_meta("gpu_stats", json_text(stats).c_str());
   char buf[768];
   if (sampling_) {

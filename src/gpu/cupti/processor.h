@@ -40,6 +40,7 @@ struct ThreadState {
   uint64_t enter_ns = 0;
   uint32_t enter_step = 0; /* timeline step at entry */
   bool captured = false; /* a launch recorded into a graph under stream capture: no record comes */
+  int64_t span = 0;      /* step-sampled tracing: the span of the last call entered here */
   /* Launches repeat from one context (an operator's kernels): the last (context, API) -> node. */
   dctx_node cached_context = 0;
   uint32_t cached_frame = 0;
@@ -78,7 +79,8 @@ struct ProcessorStats {
   uint64_t launches_expected = 0; /* kernel launch calls that must produce one record each */
   uint64_t launches_received = 0; /* kernel records (not from graphs) that matched a launch */
   uint64_t outside_windows = 0;   /* sampling: records not wholly inside a tracing window */
-  double gpu_time_ns = 0;
+  double gpu_time_ns = 0;         /* traced at weight 1 */
+  double sampled_gpu_time_ns = 0; /* traced in sampled spans, before the writer's weight */
 };
 
 class Processor {
@@ -139,12 +141,21 @@ class Processor {
    */
   uint64_t calls_in_window() const;
 
+  /* Step-sampled tracing (tracer.cpp set_tracing, deepcontext.step_sampling): the API callbacks
+   * and activity records are on only in traced steps. Each traced span starts at the correlation
+   * id after the last one seen, so a record finds its span by its launch's id whenever it
+   * arrives; a sampled span's values go to the core's sampled accumulators (dctx_add_sampled),
+   * which the writer scales by the steps each traced one stands for. Idle gaps are measured
+   * within a span. Called by the thread that switches, between launches. */
+  void begin_span(bool sampled);
+
  private:
   struct Interval {
     uint64_t start, end;
     dctx_node node;
-    int64_t window; /* sampling: gaps between two windows are not idle time */
-    bool graph;     /* a graph node's work: weighed by graph launches */
+    int64_t window;       /* sampling: gaps between two windows are not idle time */
+    bool graph;           /* a graph node's work: weighed by graph launches */
+    bool sampled = false; /* in a sampled span of step-sampled tracing */
   };
   struct DeviceState {
     bool known = false;
@@ -260,6 +271,18 @@ class Processor {
   double window_weight(const Window &w, uint64_t until, Calls calls_until, bool graph) const;
   /* Weight of window `index` (0 for the newest); windows_mutex_ held. */
   double weight_of(int64_t index, bool graph) const;
+  /* Step-sampled spans, the newest last: the first correlation id of each (kMaxWindows kept). */
+  struct Span {
+    uint32_t first;
+    int64_t index;
+    bool sampled;
+  };
+  std::vector<Span> spans_; /* under windows_mutex_ */
+  std::atomic<int64_t> spans_begun_{0};
+  std::atomic<bool> spans_on_{false};
+  std::atomic<bool> span_sampled_{false}; /* the span now open: the launching threads' sync time */
+  std::atomic<uint32_t> last_correlation_{0};
+  bool record_sampled_ = false; /* the record being processed lies in a sampled span (mutex_) */
   /* dctx_add of raw * weight, or into pending_ (as a graph node's or not) when weight is 0. */
   void add(dctx_node node, dctx_metric metric, double raw, double weight, bool graph = false);
   void flush_pending(const Window &w, uint64_t until, Calls calls_until);

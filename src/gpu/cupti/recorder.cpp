@@ -85,6 +85,12 @@ void Recorder::window(bool open, uint64_t ts, uint32_t scale) {
   write_line(line);
 }
 
+void Recorder::span(int mode) {
+  const Json line = {{"e", "span"}, {"mode", mode}};
+  std::lock_guard lock(mutex_);
+  write_line(line);
+}
+
 void Recorder::buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped) {
   Json list = Json::array();
   std::lock_guard lock(mutex_);

@@ -34,6 +34,8 @@ class Recorder {
   void buffer(const dctx_gpu_activity *records, size_t count, uint64_t dropped);
   /* Sampled tracing: a window opens or closes at ts (CUPTI's clock); records weigh `scale`. */
   void window(bool open, uint64_t ts, uint32_t scale);
+  /* Step-sampled tracing: a traced span begins (mode 1: weight 1, 2: sampled) or tracing stops. */
+  void span(int mode);
   void close();
 
  private:

@@ -74,6 +74,10 @@ void dctx_cupti_replay_window(dctx_cupti_replay *r, int open, uint64_t ts, doubl
   }
 }
 
+void dctx_cupti_replay_span(dctx_cupti_replay *r, int mode) {
+  if (mode != 0) r->processor->begin_span(mode == 2);
+}
+
 void dctx_cupti_replay_close(dctx_cupti_replay *r) {
   if (!r) return;
   r->processor->finish(true);

@@ -209,6 +209,16 @@ class Tracer {
   void wait_for_records();
   void duty_loop(uint32_t on_ms, uint32_t period_ms, uint64_t first_calls);
 
+ public:
+  /* Step-sampled tracing: mode 0 turns the API callbacks and activity records off; 1 and 2 turn
+   * them on for a span traced at weight 1 or one that stands for untraced steps (sampled). */
+  int set_tracing(int mode);
+
+ private:
+  void switch_api_callbacks(uint32_t enable);
+  bool tracing_ = true;
+  std::vector<CUpti_ActivityKind> enabled_kinds_;
+
   CuptiApi api_;
   void *lib_ = nullptr;
   std::string library_path_;
@@ -368,11 +378,14 @@ int Tracer::start(const char *candidates, const char *record_path) {
   const std::string_view kernels = kernels_env ? kernels_env : "";
   uint64_t enabled_at = 0;  // CUPTI's clock before the records are on (sampling's first window)
   api_.timestamp(&enabled_at);
+  enabled_kinds_.clear();
   for (CUpti_ActivityKind kind : kActivityKinds) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && (kernels == "off" || kernels == "graph"))
       kind = kernels == "graph" ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_MEMSET;
     if (r == CUPTI_SUCCESS) r = api_.activity_enable(kind);
+    enabled_kinds_.push_back(kind);
   }
+  tracing_ = true;
   // DEEPCONTEXT_CUPTI_GRAPHS=graph: CUDA graph launches as one record each (CUPTI graph-level
   // tracing), kernels outside graphs as before. CUPTI instruments every node of a launch to time
   // it, which for graphs of many small kernels (XLA's command buffers) costs more than the
@@ -516,6 +529,37 @@ void Tracer::duty_loop(uint32_t on_ms, uint32_t period_ms, uint64_t first_calls)
       for (CUpti_ActivityKind kind : kActivityKinds) api_.activity_disable(kind);
     }
   }
+}
+
+void Tracer::switch_api_callbacks(uint32_t enable) {
+  for (auto *table : {&runtime_apis_, &driver_apis_}) {
+    const CUpti_CallbackDomain domain =
+        table == &runtime_apis_ ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+    for (size_t cbid = 1; cbid < table->size(); ++cbid)
+      if ((*table)[cbid])
+        api_.enable_callback(enable, subscriber_, domain, static_cast<CUpti_CallbackId>(cbid));
+  }
+}
+
+// Callbacks go on before the records and off after them, so that every record has its launch's
+// context. Kernels launched in a traced span still deliver their records after the records are
+// turned off (their launch was instrumented); a span ends where the next one begins.
+int Tracer::set_tracing(int mode) {
+  std::lock_guard lock(lifecycle_);
+  if (!running_ || sampling_) return -1;
+  const bool on = mode != 0;
+  if (on) processor_->begin_span(mode == 2);
+  if (recorder_) recorder_->span(mode);
+  if (on == tracing_) return 0;
+  tracing_ = on;
+  if (on) {
+    switch_api_callbacks(1);
+    for (CUpti_ActivityKind kind : enabled_kinds_) api_.activity_enable(kind);
+  } else {
+    for (CUpti_ActivityKind kind : enabled_kinds_) api_.activity_disable(kind);
+    switch_api_callbacks(0);
+  }
+  return 0;
 }
 
 void Tracer::stop() {
@@ -715,6 +759,7 @@ int dctx_cupti_start(const char *candidates, const char *record_path) {
   return dctx::gpu::g_tracer.start(candidates, record_path);
 }
 void dctx_cupti_stop(void) { dctx::gpu::g_tracer.stop(); }
+int dctx_cupti_set_tracing(int mode) { return dctx::gpu::g_tracer.set_tracing(mode); }
 const char *dctx_cupti_message(void) { return dctx::gpu::g_tracer.message().c_str(); }
 const char *dctx_cupti_library(void) { return dctx::gpu::g_tracer.library().c_str(); }
 

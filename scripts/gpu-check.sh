@@ -10,7 +10,8 @@
 # STEPS="build timeline": the bounded timeline on a CUDA loop (tests/timeline/gpu_check.py).
 # STEPS="build jaxbench": bench/jax_overhead.py; STEPS="build torchcpu": bench/torch_cpu_overhead.py;
 # STEPS="build stepcost": bench/torch_step_cost.py; STEPS="build jaxrules": the JAX analyzer programs
-# profiled on the GPU (tests/analyzer/record_gpu_jax.sh).
+# profiled on the GPU (tests/analyzer/record_gpu_jax.sh); STEPS="build realmodels":
+# bench/real_models.py (REALMODELS_ARGS passes options to it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -159,6 +160,23 @@ if want stepcost; then
   (cd /tmp && timeout "${STEPCOST_TIMEOUT:-200}" "$py" "$root/bench/torch_step_cost.py" \
     ${STEPCOST_ARGS:-} 2>&1) | tee "$out/stepcost.log" | tail -12
   row stepcost "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "stepcost.log"
+fi
+
+if want realmodels; then
+  t0=$SECONDS
+  # bench/real_models.py: eight real models' launch-bound training steps (transformers, timm,
+  # torch_geometric, a DLRM, GPT-2 compiled), each configuration its own process: step time
+  # against no profiler, deepcontext's sampled gpu_time against every-op tracing, torch.profiler
+  # and the floors. It starts no run past --budget-s (420 s) and still prints its table; the JSON
+  # is rewritten after every run. REALMODELS_ARGS e.g. "--models gpt2,dlrm --rounds 2
+  # --budget-s 300"; REALMODELS_KEEP=1 brings the deepcontext profiles back in $out/realmodels.
+  # shellcheck disable=SC2086
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout "${REALMODELS_TIMEOUT:-540}" "$py" "$root/bench/real_models.py" \
+    --json "$out/real_models.json" ${REALMODELS_KEEP:+--keep "$out/realmodels"} ${REALMODELS_ARGS:-} 2>&1) \
+    | tee "$out/realmodels.log" | tail -40
+  status=${PIPESTATUS[0]}
+  detail=$(grep -E '^deepcontext: median' "$out/realmodels.log" | tail -1)
+  row realmodels "$( [ "$status" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "${detail:-real_models.json}"
 fi
 
 if want bench; then

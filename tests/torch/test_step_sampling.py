@@ -8,11 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from program_helpers import run_deepcontext, write_program
-
 from deepcontext import reader
 from deepcontext.errors import UserError
 from deepcontext.step_sampling import FULL, OFF, SAMPLED, Schedule, Settings, parse_range
+from program_helpers import run_deepcontext, write_program
 
 
 def drive(schedule: Schedule, steps: int, traced_s: float, untraced_s: float) -> list[int]:
@@ -39,7 +38,7 @@ def test_warmup_is_traced_whole_then_one_step_in_a_period():
     assert s.sampled_steps == 997 and s.sampled_traced == traced
     assert s.weight() * traced == pytest.approx(997)
     # the traced steps are spread, not periodic (a loop's own period must not alias)
-    gaps = {b - a for a, b in zip(s.traced_ids, s.traced_ids[1:])}
+    gaps = {b - a for a, b in zip(s.traced_ids, s.traced_ids[1:], strict=False)}
     assert len(gaps) > 5
 
 

@@ -168,16 +168,22 @@ def replay(events: list[dict], observe=None) -> None:
     gpu.dctx_cupti_replay_close(r)
 
 
-def replay_to_profile(fixture: str, output: str) -> None:
-    """Replays in a fresh interpreter (one profiling session per process)."""
-    subprocess.run([sys.executable, os.path.abspath(__file__), fixture, output], check=True)
+def replay_to_profile(fixture: str, output: str, sample_weight: float | None = None) -> None:
+    """Replays in a fresh interpreter (one profiling session per process); sample_weight: the
+    step-sampled weight the recorded run's schedule ended with (its profile's trace_weight)."""
+    cmd = [sys.executable, os.path.abspath(__file__), fixture, output]
+    subprocess.run(cmd + ([str(sample_weight)] if sample_weight else []), check=True)
 
 
 def main(argv: list[str]) -> int:
-    fixture, output = argv
+    fixture, output = argv[:2]
     events = load_events(fixture)
     session.start(output, gpu=False, torch=False, interval_ms=1000.0, wall=False)
     replay(events)
+    if len(argv) > 2:
+        from deepcontext import capi
+
+        capi.library().dctx_set_sample_weight(float(argv[2]))
     session.stop()
     return 0
 

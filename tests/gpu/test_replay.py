@@ -654,3 +654,51 @@ def test_a_run_shorter_than_its_first_window_is_weighted_one(replayed, tmp_path)
     prof = _replay_events(derived, tmp_path, "sampled-short")
     assert prof.total("gpu_time") == pytest.approx(truth.total("gpu_time"), rel=1e-9)
     assert prof.total("gpu_idle_time") == pytest.approx(truth.total("gpu_idle_time"), rel=1e-9)
+
+
+def test_step_spans_weigh_sampled_steps_and_keep_the_first_steps_whole(tmp_path):
+    """tests/data/gpu/steps.jsonl: 60 AdamW steps recorded with step-sampled tracing on the GPU
+    machine (tests/gpu/workloads/steps.py); steps.meta.json: what its schedule decided."""
+    from deepcontext import reader as profile
+
+    events = load_events(os.path.join(DATA, "steps.jsonl"))
+    with open(os.path.join(DATA, "steps.meta.json")) as f:
+        meta = json.load(f)
+    weight = float(meta["trace_weight"])
+    out = tmp_path / "steps.dctx"
+    replay_to_profile(os.path.join(DATA, "steps.jsonl"), str(out), weight)
+    prof = profile.load(out)
+    # each launch's span mode, in the order the tracer saw them
+    mode, span, mode_of, span_of, spans = 1, 0, {}, {}, []
+    for ev in events:
+        if ev["e"] == "span":
+            mode = ev["mode"]
+            spans.append(mode)
+            span += 1
+        elif ev["e"] == "api":
+            mode_of[ev["corr"]], span_of[ev["corr"]] = mode, span
+    assert spans.count(2) >= 1 and spans.count(0) >= 1  # sampled steps and untraced ones
+    kernels = list(records(events, 1))
+    # only traced steps delivered records, each with its launch's context
+    assert kernels and all(r["correlation"] in mode_of for r in kernels)
+    assert {mode_of[r["correlation"]] for r in kernels} == {1, 2}
+    want = sum(
+        (weight if mode_of[r["correlation"]] == 2 else 1) * (r["end"] - r["start"]) for r in kernels
+    )
+    assert prof.total("gpu_time") == pytest.approx(want, rel=1e-9)
+    # idle time: gaps between kernels of one span only
+    idle = 0.0
+    by_span = defaultdict(list)
+    for r in kernels:
+        by_span[span_of[r["correlation"]]].append(r)
+    for rs in by_span.values():
+        busy = 0
+        w = weight if mode_of[rs[0]["correlation"]] == 2 else 1
+        for r in sorted(rs, key=lambda r: r["start"]):
+            if busy and r["start"] > busy:
+                idle += w * (r["start"] - busy)
+            busy = max(busy, r["end"])
+    assert prof.total("gpu_idle_time") == pytest.approx(idle, rel=1e-6, abs=1)
+    stats = json.loads(prof.meta["gpu_stats"])
+    assert stats["unattributed"] == 0
+    assert stats["sampled_gpu_time_ns"] > 0

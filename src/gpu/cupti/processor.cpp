@@ -365,7 +365,7 @@ double Processor::weight_of(int64_t index, bool graph) const {
 
 void Processor::begin_span(bool sampled) {
   std::lock_guard lock(windows_mutex_);
-  if (spans_.size() >= kMaxWindows) spans_.erase(spans_.begin());
+  if (spans_.size() >= kMaxSpans) spans_.erase(spans_.begin(), spans_.begin() + kMaxSpans / 2);
   const int64_t index = spans_begun_.fetch_add(1, std::memory_order_relaxed) + 1;
   spans_.push_back({last_correlation_.load(std::memory_order_relaxed) + 1, index, sampled});
   span_sampled_.store(sampled, std::memory_order_relaxed);
@@ -378,11 +378,13 @@ bool Processor::sampled(const dctx_gpu_activity &r, int64_t *window, double *wei
   record_sampled_ = false;
   if (spans_on_.load(std::memory_order_acquire)) {
     std::lock_guard lock(windows_mutex_);
-    for (auto s = spans_.rbegin(); s != spans_.rend(); ++s) {
-      if (r.correlation < s->first) continue;
-      *window = s->index;
-      record_sampled_ = s->sampled;
-      break;
+    // The last span that began at or before the record's launch (spans_ ascend by first id).
+    auto after = std::upper_bound(spans_.begin(), spans_.end(), r.correlation,
+                                  [](uint32_t c, const Span &s) { return c < s.first; });
+    if (after != spans_.begin()) {
+      --after;
+      *window = after->index;
+      record_sampled_ = after->sampled;
     }
   }
   if (!sampling_) return true;

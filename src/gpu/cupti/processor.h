@@ -271,7 +271,9 @@ class Processor {
   double window_weight(const Window &w, uint64_t until, Calls calls_until, bool graph) const;
   /* Weight of window `index` (0 for the newest); windows_mutex_ held. */
   double weight_of(int64_t index, bool graph) const;
-  /* Step-sampled spans, the newest last: the first correlation id of each (kMaxWindows kept). */
+  /* Step-sampled spans, the newest last: the first correlation id of each. Records may wait in
+   * CUPTI's buffers until a flush (every checkpoint, 60 s): kMaxSpans spans are kept (1 MiB). */
+  static constexpr size_t kMaxSpans = size_t{1} << 16;
   struct Span {
     uint32_t first;
     int64_t index;

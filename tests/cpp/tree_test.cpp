@@ -73,6 +73,18 @@ TEST(Tree, SampledValuesAreScaledByTheWeightAtEachSnapshot) {
   EXPECT_DOUBLE_EQ(t.snapshot().acc.at(dctx::Shard::key(n, m)).sum, 10.0 + 4.0 * 10.0);
 }
 
+TEST(Tree, CommittedSampledValuesKeepTheirWeight) {
+  dctx::Tree t;
+  dctx_metric m = t.metric("op_count", "count", "");
+  dctx_node n = t.child(0, t.frame(DCTX_FRAME_OPERATOR, "aten::mm", "", 0, ""));
+  t.add(n, dctx::sampled_metric(m), 1.0);  // a time window of a run that had no steps yet
+  t.commit_sampled(10.0);
+  t.add(n, dctx::sampled_metric(m), 1.0);  // a sampled step afterwards
+  t.set_sample_weight(3.0);
+  EXPECT_DOUBLE_EQ(t.snapshot().acc.at(dctx::Shard::key(n, m)).sum, 10.0 + 3.0);
+  EXPECT_DOUBLE_EQ(t.snapshot().acc.at(dctx::Shard::key(n, m)).sum, 13.0);  // snapshots repeat
+}
+
 TEST(Tree, ClearMetricsKeepsTheTree) {
   dctx::Tree t;
   dctx_metric m = t.metric("samples", "count", "");

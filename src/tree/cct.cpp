@@ -179,7 +179,10 @@ void fold_sampled(std::map<uint64_t, Acc> &acc, double weight) {
   for (auto &[key, a] : sampled) {
     if (a.count == 0) continue;  // emptied by commit_sampled
     // A mean (sum / count) and the extremes stay those measured; sum and count stand for more.
+    // Whole units (ns, bytes, calls) stay whole: exporters and readers sum integers exactly.
+    const bool whole = a.sum == std::floor(a.sum);
     a.sum *= weight;
+    if (whole) a.sum = std::round(a.sum);
     a.count = static_cast<uint64_t>(std::llround(static_cast<double>(a.count) * weight));
     if (a.count == 0) a.count = 1;
     acc[key].merge(a);

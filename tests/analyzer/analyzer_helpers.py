@@ -20,7 +20,10 @@ def _env() -> dict:
 
 def profile_program(tmp: Path, program: str, *args: str) -> Path:
     out = tmp / f"{program}{'-' + '-'.join(a.strip('-') for a in args) if args else ''}.dctx"
-    cmd = [sys.executable, "-m", "deepcontext", "run", "--no-gpu", "-q", "-o", str(out)]
+    # --trace all: the rules' evidence is checked against exact counts (calls per line, bytes),
+    # which step-sampled tracing would estimate from a sample of the steps.
+    cmd = [sys.executable, "-m", "deepcontext", "run", "--no-gpu", "--trace", "all", "-q"]
+    cmd += ["-o", str(out)]
     cmd += [str(PROGRAMS / f"{program}.py"), *args]
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"

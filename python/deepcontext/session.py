@@ -145,16 +145,12 @@ def stop() -> str | None:
 
 def mark_step() -> None:
     """End a training step (`deepcontext.step()`, `profile.step()`): the bounded timeline keeps
-    whole steps, step-sampled tracing counts them (and stops detecting optimizer steps)."""
-    if _state is None:
-        return
-    from . import step_sampling
+    whole steps, step-sampled tracing counts them (deepcontext.steps; optimizer.step() detection
+    stops)."""
+    if _state is not None:
+        from . import steps
 
-    step_sampling.step()
-    if _state["options"].get("timeline"):
-        from . import timeline
-
-        timeline.step()
+        steps.mark()
 
 
 def flush() -> None:

@@ -4,8 +4,8 @@ On a launch-bound step (an eager model at small batch) the mere presence of a gl
 observer or of CUPTI's launch callbacks costs more than a 5 % budget, so the default traces some
 steps and weights what it saw (docs/design.md, "Step-sampled tracing"):
 
-- steps end at each `optimizer.step()` of the first optimizer that steps (a global post hook), or
-  at `deepcontext.step()` / `profile.step()` (which then turn that detection off);
+- steps end at each `optimizer.step()` of the first optimizer that steps, or at
+  `deepcontext.step()` / `profile.step()`, which then turn that detection off (deepcontext.steps);
 - everything before the first step end and the first `warmup` steps are traced at weight 1 (start-up,
   compilation, autotuning: unlike the steps that follow, and kept out of the estimate);
 - after that, one step in about `period` is traced (the gap drawn at random around it, so that a
@@ -31,15 +31,13 @@ import json
 import math
 import random
 import statistics
-import sys
 import threading
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass
 
+from . import steps
 from .errors import UserError
-from .import_hook import AfterImport
 
 OFF, FULL, SAMPLED = 0, 1, 2  # as dctx_torch_set_tracing and dctx_cupti_set_tracing
 
@@ -304,13 +302,8 @@ class Schedule:
 
 _lock = threading.RLock()
 _schedule: Schedule | None = None
-_settings: Settings | None = None
-_manual = False
-_owner = None  # weak reference to the optimizer whose steps are counted
-_hook_handle = None
 _watchdog: threading.Thread | None = None
 _stop_watchdog = threading.Event()
-_finder = AfterImport("torch", lambda: _after_torch_import())
 
 
 def add_arguments(parser) -> None:
@@ -341,31 +334,22 @@ def add_arguments(parser) -> None:
 
 def activate(options: dict) -> None:
     """Starts the schedule unless every step is traced. Never imports torch."""
-    global _schedule, _settings, _manual, _owner
+    global _schedule
     settings = Settings.from_options(options)
     if not options.get("torch", True) or settings.trace == "all":
         _core_meta({"trace_mode": "all"})
         return
     with _lock:
-        _settings = settings
         _schedule = Schedule(settings, time.perf_counter())
-        _manual = False
-        _owner = None
     _apply(_schedule.mode)
-    _watch_torch()
+    steps.listen(_on_step)
     _start_watchdog()
 
 
 def deactivate() -> None:
-    global _schedule, _hook_handle
-    _finder.remove()
+    global _schedule
+    steps.unlisten(_on_step)
     _stop_watchdog.set()
-    if _hook_handle is not None:
-        try:
-            _hook_handle.remove()
-        except Exception:
-            pass
-        _hook_handle = None
     with _lock:
         schedule, _schedule = _schedule, None
         if schedule is not None:
@@ -374,43 +358,19 @@ def deactivate() -> None:
                 _apply(FULL)
 
 
-def active() -> bool:
-    return _schedule is not None
-
-
-def step() -> None:
-    """An explicit step end (deepcontext.step(), profile.step()): optimizer detection stops."""
-    global _manual
-    _manual = True
-    _step_end()
-
-
-def _step_end() -> None:
+def _on_step(explicit: bool) -> None:
     with _lock:
         schedule = _schedule
         if schedule is None:
             return
         before = schedule.mode
         now = time.perf_counter()
-        leaving_windows = schedule.in_windows
-        if leaving_windows:  # the windows' values get their weight now; steps from here on
+        if schedule.in_windows:  # the windows' values get their weight now; steps from here on
             _commit(schedule.weight(now))
         mode = schedule.step_end(now)
         if mode != before or mode != OFF:
             _apply(mode)
         _set_weight(schedule.weight())
-
-
-def _on_optimizer_step(optimizer, args, kwargs) -> None:
-    global _owner
-    if _manual or _schedule is None:
-        return
-    owner = _owner() if _owner is not None else None
-    if owner is None:
-        _owner = weakref.ref(optimizer)
-    elif owner is not optimizer:
-        return  # a second optimizer (GAN, multi-task): the first one's steps are the steps
-    _step_end()
 
 
 def _apply(mode: int) -> None:
@@ -487,34 +447,6 @@ def _start_watchdog() -> None:
 
     _watchdog = threading.Thread(target=loop, name="deepcontext-steps", daemon=True)
     _watchdog.start()
-
-
-def _register_optimizer_hook() -> None:
-    global _hook_handle
-    if _hook_handle is not None or _schedule is None:
-        return
-    try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-    except ImportError:  # torch < 2.0: only explicit steps
-        return
-    _hook_handle = register_optimizer_step_post_hook(_on_optimizer_step)
-
-
-def _after_torch_import() -> None:
-    try:
-        _register_optimizer_hook()
-        if _schedule is not None:
-            _apply(_schedule.mode)
-    except Exception as exc:  # never break the program
-        _core_meta({"trace_error": str(exc)})
-
-
-def _watch_torch() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "optim"):
-        _register_optimizer_hook()
-        return
-    _finder.install()
 
 
 def mode() -> int:

@@ -9,23 +9,18 @@ src/timeline/). Each write of the profile keeps the events of the last N complet
 running step is left out. `deepcontext export FILE --format chrome` turns them into a trace for
 Perfetto or chrome://tracing.
 
-Steps: `step()` (also `dctx_step()` in C) ends the running step. With PyTorch, each
-`optimizer.step()` does it too (a global optimizer step post hook, registered while the timeline
-is on): the steps are those of the first optimizer that steps, and an explicit `step()` call turns
-that detection off for the rest of the session, so steps are never counted twice.
-
-`activate(options)` never imports torch: the optimizer hook waits for `import torch`.
+Steps: `step()` (also `deepcontext.step()`, and `dctx_step()` in C) ends the running step. With
+PyTorch, each `optimizer.step()` of the first optimizer that steps does it too, until an explicit
+step turns that detection off (deepcontext.steps), unless `--no-auto-step`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
-import weakref
 
+from . import steps
 from .errors import UserError
-from .import_hook import AfterImport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_EVENTS = 1 << 17
@@ -34,11 +29,8 @@ MAX_EVENTS = 1 << 24
 
 _lib = None
 _on = False
-_auto = False
-_manual = False
-_owner = None  # weak reference to the optimizer whose steps are counted
-_hook_handle = None
-_finder = AfterImport("torch", lambda: _after_torch_import())  # optimizer hook after `import torch`
+_auto = False  # optimizer.step() ends a step too
+_step = 0  # the step that runs, as dctx_step() last returned it
 
 
 def _bounded(limit: int):
@@ -116,41 +108,38 @@ def _count(options: dict, key: str, default: int, limit: int) -> int:
 
 def activate(options: dict) -> None:
     """Configures the rings for this session (off unless options["timeline"] > 0)."""
-    global _on, _auto, _manual, _owner
-    steps = _count(options, "timeline", 0, MAX_STEPS)
+    global _on, _auto
+    count = _count(options, "timeline", 0, MAX_STEPS)
     events = _count(options, "timeline_events", DEFAULT_EVENTS, MAX_EVENTS)
-    if steps == 0 and not _on and _lib is None:
+    if count == 0 and not _on and _lib is None:
         return  # never on in this process: nothing to switch off
-    if _library().dctx_timeline_configure(steps, events) != 0:
-        raise RuntimeError(f"could not configure the timeline ({steps} steps, {events} events)")
-    _on = steps > 0
-    _manual = False
-    _owner = None
+    if _library().dctx_timeline_configure(count, events) != 0:
+        raise RuntimeError(f"could not configure the timeline ({count} steps, {events} events)")
+    _on = count > 0
     _auto = _on and options.get("timeline_auto_step", True) is not False
-    if _auto:
-        _watch_torch()
+    if _on:
+        steps.listen(_on_step)
 
 
 def deactivate() -> None:
-    """Removes the optimizer hook. The rings stay on: the final write, after this, reads them."""
+    """Stops ending steps. The rings stay on: the final write, after this, reads them."""
     global _auto
     _auto = False
-    _remove_finder()
-    global _hook_handle
-    if _hook_handle is not None:
-        try:
-            _hook_handle.remove()
-        except Exception:
-            pass
-        _hook_handle = None
+    steps.unlisten(_on_step)
 
 
 def step() -> int:
-    """Ends the running step; returns the number of the step that starts now (the first call
-    returns 1: step 0 is everything before it). Turns the optimizer.step() detection off."""
-    global _manual
-    _manual = True
-    return int(_library().dctx_step())
+    """Ends the running step (for every layer that counts steps: deepcontext.steps); returns the
+    number of the step that starts now (the first call returns 1: step 0 is everything before
+    it). Turns the optimizer.step() detection off."""
+    steps.mark()  # _on_step ends the timeline's step when it listens
+    return _step if _on else int(_library().dctx_step())
+
+
+def _on_step(explicit: bool) -> None:
+    global _step
+    if explicit or _auto:
+        _step = int(_library().dctx_step())
 
 
 def stats() -> dict:
@@ -161,59 +150,3 @@ def stats() -> dict:
     t = ctypes.c_uint32()
     _lib.dctx_timeline_stats(ctypes.byref(r), ctypes.byref(o), ctypes.byref(d), ctypes.byref(t))
     return {"recorded": r.value, "overwritten": o.value, "dropped": d.value, "threads": t.value}
-
-
-# ------------------------------------------------------------------------------------------------
-# torch: optimizer.step() ends a step
-# ------------------------------------------------------------------------------------------------
-
-
-def _on_optimizer_step(optimizer, args, kwargs) -> None:
-    global _owner
-    if not _auto or _manual:
-        return
-    owner = _owner() if _owner is not None else None
-    if owner is None:
-        _owner = weakref.ref(optimizer)
-    elif owner is not optimizer:
-        return  # a second optimizer (GAN, multi-task): the first one's steps are the steps
-    _lib.dctx_step()
-
-
-def _register_optimizer_hook() -> None:
-    global _hook_handle
-    if _hook_handle is not None or not _auto:
-        return
-    try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-    except ImportError:  # torch < 2.0: only explicit steps
-        return
-    _hook_handle = register_optimizer_step_post_hook(_on_optimizer_step)
-
-
-def _note(message: str) -> None:
-    try:
-        from . import _core
-
-        _core.note(message)
-    except Exception:
-        pass
-
-
-def _after_torch_import() -> None:
-    try:
-        _register_optimizer_hook()
-    except Exception as exc:  # never break the program
-        _note(f"timeline: optimizer.step() detection disabled: {exc}")
-
-
-def _remove_finder() -> None:
-    _finder.remove()
-
-
-def _watch_torch() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "optim"):
-        _register_optimizer_hook()
-        return
-    _finder.install()

@@ -217,9 +217,10 @@ class Schedule:
 
     def weight(self, now: float | None = None) -> float:
         """Steps of the sampled phase over those traced; in time windows, the time over the time
-        traced. A traced step still running at `now` (the end of the run, after the last step
-        end) counts as the fraction of a usual step that it ran: a short tail after the loop is
-        not a whole step."""
+        traced (up to `now`). What runs after the last step end (the tail after the loop, exit)
+        is not a step: traced with the chance of any step and then weighted like one, it is
+        counted right on average; counted as a step, a traced tail would weigh every traced step
+        down."""
         if self.in_windows:
             traced = self.window_traced_s
             total = self.window_total_s
@@ -228,14 +229,7 @@ class Schedule:
                 if self.mode == SAMPLED:
                     traced += now - self.window_open_at
             return total / traced if traced > 0 else 1.0
-        running = self._running(now)
-        traced = self.sampled_traced + running
-        return (self.sampled_steps + running) / traced if traced else 1.0
-
-    def _running(self, now: float | None) -> float:
-        if self.mode != SAMPLED or now is None or not self.all_s:
-            return 0.0
-        return min(1.0, (now - self.step_start) / max(statistics.median(self.all_s), 1e-9))
+        return self.sampled_steps / self.sampled_traced if self.sampled_traced else 1.0
 
     def note(self, now: float) -> str | None:
         """The profile's note on what its operator, memory and GPU values stand for."""
@@ -269,15 +263,14 @@ class Schedule:
                 "trace_windows_ms": f"{self.s.window_s * 1e3:.0f}:{self.s.window_period_s * 1e3:.0f}",
                 "trace_weight": f"{self.weight(now):.6g}",
             }
-        running = self._running(now)
         meta = {
             "trace_mode": "steps" if self.s.trace_steps is None else "step range",
             "steps_total": str(self.steps),
-            "steps_traced": str(self.full_steps + self.sampled_traced + math.ceil(running)),
+            "steps_traced": str(self.full_steps + self.sampled_traced),
             "trace_warmup_steps": str(min(self.steps, self.s.warmup)),
             "trace_full_steps": str(self.full_steps),
-            "trace_sampled_steps": f"{self.sampled_steps + running:.4g}",
-            "trace_sampled_traced": f"{self.sampled_traced + running:.4g}",
+            "trace_sampled_steps": str(self.sampled_steps),
+            "trace_sampled_traced": str(self.sampled_traced),
             "trace_weight": f"{self.weight(now):.6g}",
             "trace_period": str(self.period),
             "trace_budget": f"{self.s.budget:g}",

@@ -51,18 +51,16 @@ def test_period_follows_the_cost_of_a_traced_step():
     assert dear.period == Settings.max_period
 
 
-def test_a_tail_after_the_last_step_counts_as_the_part_of_a_step_it_ran():
+def test_a_tail_after_the_last_step_is_not_a_step():
     s = Schedule(Settings(), start=0.0)
     drive(s, 50, traced_s=0.01, untraced_s=0.01)
     s.mode = SAMPLED  # the program ends just after a traced step started
-    before = s.weight()
-    assert s.weight(now=s.step_start + 0.001) == pytest.approx(
-        (s.sampled_steps + 0.1) / (s.sampled_traced + 0.1)
-    )
-    assert s.weight(now=s.step_start + 1.0) == pytest.approx(
-        (s.sampled_steps + 1) / (s.sampled_traced + 1)
-    )
-    assert before == pytest.approx(s.sampled_steps / s.sampled_traced)
+    steps = s.sampled_steps / s.sampled_traced
+    # however long the exit takes, what the traced steps stand for stays the steps that ended
+    assert s.weight(now=s.step_start + 0.001) == steps
+    assert s.weight(now=s.step_start + 10.0) == steps
+    meta = s.meta(s.step_start + 10.0)
+    assert int(meta["trace_sampled_steps"]) == s.sampled_steps == 47
 
 
 def test_a_long_step_is_traced_from_then_on():
@@ -139,7 +137,9 @@ def test_sampled_steps_estimate_what_every_step_records(loops):
     assert meta["trace_mode"] == "steps" and full.meta["trace_mode"] == "all"
     assert int(meta["steps_total"]) == 400
     traced = int(meta["steps_traced"])
-    assert 3 < traced < 200
+    # some steps untraced whatever the host's load: the period is 2 or more (a loaded host hides
+    # the cost of tracing and the period falls to 2: half the steps)
+    assert 3 < traced < 300, meta
     sampled_steps = float(meta["trace_sampled_steps"])
     assert float(meta["trace_sampled_traced"]) * float(meta["trace_weight"]) == pytest.approx(
         sampled_steps, rel=1e-4

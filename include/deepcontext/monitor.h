@@ -75,6 +75,14 @@ void dctx_unregister_callback(dctx_domain domain, int handle);
 dctx_node dctx_enter(dctx_domain domain, const dctx_frame *frame);
 /* Same, with a frame id from dctx_frame_id() (no string interning on the hot path). */
 dctx_node dctx_enter_id(dctx_domain domain, uint32_t frame_id);
+/* Same for a framework's own scope opened from Python around Python code (torch's
+ * record_function): like a DCTX_DOMAIN_SCOPE entry, the Python code run inside it goes below it,
+ * and the innermost frames of the code that opened it on the caller's behalf (files registered
+ * with dctx_add_scope_opener) are left out of its path. Observers see it in `domain`. */
+dctx_node dctx_enter_scope_id(dctx_domain domain, uint32_t frame_id);
+/* Python files (matched as a path suffix, e.g. "torch/autograd/profiler.py") whose frames open
+ * scopes for their caller: left out at the innermost end of a dctx_enter_scope_id path. */
+void dctx_add_scope_opener(const char *file_suffix);
 /* Pushes an already resolved node (e.g. backward work placed under its forward operator's node);
  * the thread's own Python stack is not consulted. */
 dctx_node dctx_enter_node(dctx_domain domain, dctx_node node);

@@ -7,10 +7,12 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "python_stack.h"
 #include "tree/cct.h"
@@ -23,11 +25,15 @@ struct CodeInfo {
   int firstlineno;
   uint32_t name_id, file_id;
   bool hidden;
+  bool opener;  // a registered scope opener's file
 };
 
 std::mutex g_code_mu;
 std::unordered_map<PyCodeObject *, CodeInfo> g_codes;
 std::string g_hidden_prefix;
+std::vector<std::string> g_openers;
+// Bumped when the hidden prefix or the openers change: the threads' frame caches start over.
+std::atomic<uint32_t> g_code_generation{1};
 
 // UTF-8 of a str without creating objects (compact ASCII is used in place; else re-encoded here).
 std::string utf8(PyObject *s) {
@@ -73,6 +79,15 @@ bool is_hidden(const std::string &file) {
          (file.size() == runpy.size() || file[file.size() - runpy.size() - 1] == '/');
 }
 
+bool is_opener(const std::string &file) {
+  for (const std::string &suffix : g_openers) {
+    if (file.size() >= suffix.size() &&
+        file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
 PyObject *qualname(PyCodeObject *code) {
 #if PY_VERSION_HEX >= 0x030B0000
   return code->co_qualname;
@@ -90,7 +105,8 @@ const CodeInfo &code_info(PyCodeObject *code) {
   std::string file = utf8(code->co_filename);
   CodeInfo info{code->co_name,        code->co_filename,
                 code->co_firstlineno, tree().intern(utf8(qualname(code))),
-                tree().intern(file),  is_hidden(file)};
+                tree().intern(file),  is_hidden(file),
+                is_opener(file)};
   return g_codes.insert_or_assign(code, info).first->second;
 }
 
@@ -107,6 +123,16 @@ void set_hidden_prefix(const std::string &prefix) {
   std::lock_guard lock(g_code_mu);
   g_hidden_prefix = prefix;
   g_codes.clear();
+  g_code_generation.fetch_add(1, std::memory_order_release);
+}
+
+void add_scope_opener(const std::string &suffix) {
+  std::lock_guard lock(g_code_mu);
+  for (const std::string &s : g_openers)
+    if (s == suffix) return;
+  g_openers.push_back(suffix);
+  g_codes.clear();
+  g_code_generation.fetch_add(1, std::memory_order_release);
 }
 
 _ts *current_python_thread() {
@@ -125,7 +151,7 @@ static int frame_line(PyCodeObject *code, int addr) {
   return code->co_firstlineno;
 }
 
-size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
+size_t capture_python(_ts *ts, uint32_t *out, size_t max, bool drop_openers) {
   if (!ts) return 0;
   // Innermost-first walk into a local buffer, then reversed.
   constexpr size_t kMax = 512;
@@ -170,11 +196,15 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
     PyObject *name, *file;
     int addr;
     uint32_t frame;  // kHidden: a frame left out of paths
+    uint32_t generation;
+    bool opener;
   };
   constexpr size_t kSlots = 4096;
   constexpr uint32_t kHidden = UINT32_MAX;
   thread_local std::unique_ptr<Slot[]> cache(new Slot[kSlots]());
+  const uint32_t generation = g_code_generation.load(std::memory_order_acquire);
   size_t written = 0;
+  size_t before_openers = 0;  // written up to the innermost frame that is not an opener's
   std::unique_lock<std::mutex> lock(g_code_mu, std::defer_lock);
   for (size_t i = n; i-- > 0 && written < max;) {
     PyCodeObject *code = codes[i];
@@ -182,7 +212,7 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
                    static_cast<uintptr_t>(addrs[i]);
     Slot &slot = cache[(h ^ (h >> 29)) & (kSlots - 1)];
     if (slot.code != code || slot.addr != addrs[i] || slot.name != code->co_name ||
-        slot.file != code->co_filename) {
+        slot.file != code->co_filename || slot.generation != generation) {
       if (!lock.owns_lock()) lock.lock();
       const CodeInfo &info = code_info(code);
       uint32_t frame = kHidden;
@@ -191,11 +221,13 @@ size_t capture_python(_ts *ts, uint32_t *out, size_t max) {
         frame = tree().frame(FrameKey{DCTX_FRAME_PYTHON, info.name_id, info.file_id,
                                       static_cast<uint32_t>(line), 0});
       }
-      slot = Slot{code, code->co_name, code->co_filename, addrs[i], frame};
+      slot = Slot{code, code->co_name, code->co_filename, addrs[i], frame, generation, info.opener};
     }
-    if (slot.frame != kHidden) out[written++] = slot.frame;
+    if (slot.frame == kHidden) continue;
+    out[written++] = slot.frame;
+    if (!slot.opener) before_openers = written;
   }
-  return written;
+  return drop_openers ? before_openers : written;
 }
 
 }  // namespace dctx

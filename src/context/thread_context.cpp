@@ -184,17 +184,17 @@ dctx_node extend(dctx_node base, const uint32_t *frames, size_t n) {
   return node;
 }
 
-size_t current_python_frames(uint32_t *frames, size_t max) {
+size_t current_python_frames(uint32_t *frames, size_t max, bool drop_openers) {
   _ts *ts = current_python_thread();
-  return ts ? capture_python(ts, frames, max) : 0;
+  return ts ? capture_python(ts, frames, max, drop_openers) : 0;
 }
 
-dctx_node python_path_node(uint32_t *depth_out) {
+dctx_node python_path_node(uint32_t *depth_out, bool drop_openers) {
   *depth_out = 0;
   _ts *ts = current_python_thread();
   if (!ts) return 0;
   uint32_t frames[512];
-  size_t n = capture_python(ts, frames, 512);
+  size_t n = capture_python(ts, frames, 512, drop_openers);
   *depth_out = static_cast<uint32_t>(n);
   dctx_node base = tree().child(0, thread_frame(reinterpret_cast<PyThreadState *>(ts)->thread_id));
   return extend(base, frames, n);

@@ -19,6 +19,9 @@ struct ContextEntry {
   dctx_node node;
   dctx_domain domain;
   uint32_t python_depth;  // visible Python frames when the outermost entry captured the stack
+  // Python code runs inside this entry (a scope): entries nested in it extend its path with the
+  // Python frames run since, instead of reusing its stale python_depth.
+  bool python_inside;
 };
 
 struct ThreadContext {
@@ -48,9 +51,10 @@ extern std::atomic<uint64_t> g_worker_context;
 bool python_present();
 
 // The node of the calling thread's Python stack (thread frame first); root if no Python.
-dctx_node python_path_node(uint32_t *depth_out);
+// drop_openers: without the innermost frames of registered scope openers (capture_python).
+dctx_node python_path_node(uint32_t *depth_out, bool drop_openers = false);
 // The calling thread's visible Python frames, outermost first; returns how many.
-size_t current_python_frames(uint32_t *frames, size_t max);
+size_t current_python_frames(uint32_t *frames, size_t max, bool drop_openers = false);
 
 // Appends frames to a node.
 dctx_node extend(dctx_node base, const uint32_t *frames, size_t n);

@@ -149,6 +149,37 @@ const std::string &session_output() {
   return g_session ? g_session->opts.output : none;
 }
 
+// Pushes frame_id below the calling thread's current path. python_inside: Python code runs inside
+// the entry (a scope), so the frame that opened it goes on, at later lines, in the paths below it;
+// drop_openers: the opener's own machinery frames are left out (dctx_add_scope_opener).
+static dctx_node push_entry(dctx_domain domain, uint32_t frame_id, bool python_inside,
+                            bool drop_openers) {
+  ThreadContext &ctx = this_thread_context();
+  dctx_node base;
+  uint32_t depth;
+  if (ctx.stack.empty()) {
+    base = python_path_node(&depth, drop_openers);
+  } else if (ctx.stack.back().python_inside) {
+    // The code inside a scope is Python: extend the scope's node with the frames run since
+    // (operators nested in operators skip this walk).
+    const ContextEntry &top = ctx.stack.back();
+    uint32_t frames[512];
+    size_t n = current_python_frames(frames, 512, drop_openers);
+    base = top.python_depth < n ? extend(top.node, frames + top.python_depth, n - top.python_depth)
+                                : top.node;
+    depth = static_cast<uint32_t>(n);
+  } else {
+    base = ctx.stack.back().node;
+    depth = ctx.stack.back().python_depth;
+  }
+  dctx_node node = tree().child(base, frame_id);
+  if (python_inside && depth > 0 && depth != UINT32_MAX) --depth;
+  ctx.stack.push_back({node, domain, depth, python_inside});
+  ctx.top.store((uint64_t(node) << 32 | depth) + 1, std::memory_order_release);
+  notify(domain, node, true);
+  return node;
+}
+
 }  // namespace dctx
 
 using namespace dctx;
@@ -193,31 +224,15 @@ uint32_t dctx_frame_id(const dctx_frame *f) {
 }
 
 dctx_node dctx_enter_id(dctx_domain domain, uint32_t frame_id) {
-  ThreadContext &ctx = this_thread_context();
-  dctx_node base;
-  uint32_t depth;
-  if (ctx.stack.empty()) {
-    base = python_path_node(&depth);
-  } else if (ctx.stack.back().domain == DCTX_DOMAIN_SCOPE) {
-    // A scope is opened from Python and the code inside it is Python: extend the scope's node
-    // with the frames run since (operators nested in operators skip this walk).
-    const ContextEntry &top = ctx.stack.back();
-    uint32_t frames[512];
-    size_t n = current_python_frames(frames, 512);
-    base = top.python_depth < n ? extend(top.node, frames + top.python_depth, n - top.python_depth)
-                                : top.node;
-    depth = static_cast<uint32_t>(n);
-  } else {
-    base = ctx.stack.back().node;
-    depth = ctx.stack.back().python_depth;
-  }
-  dctx_node node = tree().child(base, frame_id);
-  // Inside a scope the frame that opened it goes on (at later lines): keep it in the paths below.
-  if (domain == DCTX_DOMAIN_SCOPE && depth > 0 && depth != UINT32_MAX) --depth;
-  ctx.stack.push_back({node, domain, depth});
-  ctx.top.store((uint64_t(node) << 32 | depth) + 1, std::memory_order_release);
-  notify(domain, node, true);
-  return node;
+  return push_entry(domain, frame_id, domain == DCTX_DOMAIN_SCOPE, false);
+}
+
+dctx_node dctx_enter_scope_id(dctx_domain domain, uint32_t frame_id) {
+  return push_entry(domain, frame_id, true, true);
+}
+
+void dctx_add_scope_opener(const char *file_suffix) {
+  if (file_suffix && *file_suffix) add_scope_opener(file_suffix);
 }
 
 dctx_node dctx_enter(dctx_domain domain, const dctx_frame *frame) {
@@ -228,7 +243,7 @@ dctx_node dctx_enter_node(dctx_domain domain, dctx_node node) {
   ThreadContext &ctx = this_thread_context();
   // Python frames run below this node (e.g. a Python hook in backward) are not appended: its
   // path is the forward's.
-  ctx.stack.push_back({node, domain, UINT32_MAX});
+  ctx.stack.push_back({node, domain, UINT32_MAX, false});
   ctx.top.store((uint64_t(node) << 32 | UINT32_MAX) + 1, std::memory_order_release);
   notify(domain, node, true);
   return node;
@@ -260,7 +275,7 @@ dctx_node dctx_current(void) {
   ThreadContext &ctx = this_thread_context();
   if (!ctx.stack.empty()) {
     const ContextEntry &top = ctx.stack.back();
-    if (top.domain != DCTX_DOMAIN_SCOPE) return top.node;
+    if (!top.python_inside) return top.node;
     uint32_t frames[512];
     size_t n = current_python_frames(frames, 512);
     return top.python_depth < n ? extend(top.node, frames + top.python_depth, n - top.python_depth)

@@ -432,3 +432,76 @@ def test_cpu_count_honours_cgroup_quota(tmp_path, cpu_max, expected):
     else:
         assert cores == min(visible, -(-expected // 1))
     assert _usable_cpus(str(tmp_path / "missing")) == (visible, None)
+
+
+SCOPED_PROGRAM = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+data = DataLoader(TensorDataset(torch.randn(2048, 64), torch.randint(0, 4, (2048,))), batch_size=32)
+for epoch in range(3):
+    for x, y in data:  # NEXT
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # STEP
+        with torch.profiler.record_function("user-block"):
+            z = torch.relu(x @ x.T).sum()  # INNER
+print(float(loss))
+"""
+
+
+def test_record_function_scopes_keep_python_above_their_operators(tmp_path):
+    """Inside record_function scopes (the optimizer's, the DataLoader's, the user's own), the
+    operators go below the Python lines that call them, and record_function's own frames are not
+    ancestors of the work in the scope."""
+    prog = write_program(tmp_path, SCOPED_PROGRAM)
+    out = tmp_path / "scoped.dctx"
+    run_deepcontext(tmp_path, "-q", "--trace", "all", "-o", str(out), str(prog))
+    p = dprof.load(out)
+    measured = [n for n in p.nodes() if n.exclusive("cpu_time") > 0 or n.exclusive("op_count") > 0]
+    assert measured
+    for n in measured:
+        path = n.path()
+        openers = ("record_function.__enter__", "OpOverloadPacket.__call__")
+        last_op = max((i for i, f in enumerate(path) if f.kind == "operator"), default=0)
+        assert not any(f.kind == "python" and f.name in openers for f in path[:last_op]), [
+            f.label() for f in path
+        ]
+        # No Python frame below an aten operator: Python runs above the operators it calls.
+        first_op = _index(path, lambda f: f.kind == "operator" and f.name.startswith("aten::"))
+        if first_op >= 0:
+            below = [f.label() for f in path[first_op:] if f.kind == "python"]
+            assert not below, [f.label() for f in path]
+
+    def scoped_ops(scope: str, op: str) -> list:
+        return [
+            n
+            for n in p.find(op)
+            if any(f.kind == "operator" and f.name.startswith(scope) for f in n.path()[:-1])
+        ]
+
+    # AdamW's single-tensor path: the scope, then adam.py's lines, then the operator.
+    muls = scoped_ops("Optimizer.step#AdamW.step", "aten::mul_")
+    assert muls
+    for n in muls:
+        path = n.path()
+        s = _index(path, lambda f: f.name.startswith("Optimizer.step#AdamW.step"))
+        assert any(os.path.basename(f.file) == "adam.py" for f in path[s + 1 : -1]), [
+            f.label() for f in path
+        ]
+        assert has_line(n, "prog.py", line_of(prog, "# STEP"))
+    # The user's own scope: the line inside it holds the matmul.
+    inner = scoped_ops("user-block", "aten::matmul")
+    assert inner and all(has_line(n, "prog.py", line_of(prog, "# INNER")) for n in inner)
+    # The DataLoader's scope: collation's operator under the DataLoader's Python, under the loop.
+    stacks = scoped_ops("enumerate(DataLoader)", "aten::stack")
+    assert stacks
+    for n in stacks:
+        assert has_line(n, "prog.py", line_of(prog, "# NEXT"))
+        assert any(os.path.basename(f.file) == "collate.py" for f in n.path()), [
+            f.label() for f in n.path()
+        ]

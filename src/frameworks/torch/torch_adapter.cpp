@@ -166,6 +166,7 @@ struct OpEntry {
   int64_t seq;    // -1 when not recorded in the forward map
   uint32_t step;  // timeline step at entry
   bool sampled;   // entered in a traced step of the sampled phase
+  bool scope;     // a user scope (record_function): Python code runs inside it
 };
 
 struct NameSlot {
@@ -318,7 +319,8 @@ void report_alloc(void *ptr, int64_t size, c10::Device device) {
     if (!g_tracing.load(std::memory_order_relaxed)) return;
     const bool sampled = g_sampled.load(std::memory_order_relaxed);
     ThreadState &ts = tls();
-    const dctx_node node = !ts.ops.empty() ? ts.ops.back().node : dctx_current();
+    const dctx_node node =
+        !ts.ops.empty() && !ts.ops.back().scope ? ts.ops.back().node : dctx_current();
     std::lock_guard<std::mutex> lock(g_mem_mu);
     // Allocations inside one operator come from one node: remember its NodeMem on the thread.
     if (ts.mem_node != node || ts.mem == nullptr) {
@@ -545,9 +547,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       g_bwd_unmatched.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (node == 0) {
+  const bool user_scope = scope == at::RecordScope::USER_SCOPE;
+  // Outermost: no operator open on this thread (a user scope around Python code is not one).
+  const bool outermost = ts.ops.empty() || ts.ops.back().scope;
+  if (node == 0 && user_scope) {
+    // record_function from Python: the code inside is Python, and the operators it calls go
+    // below the lines that call them, not below the line that opened the scope.
+    node = dctx_enter_scope_id(DCTX_DOMAIN_OPERATOR, frame);
+  } else if (node == 0) {
     uint32_t module_frame = 0;
-    if (ts.ops.empty()) {
+    if (outermost) {
       // The innermost running nn.Module: read from the Python stack (_core's module frame
       // function) or, where that cannot be read, set by the forward hooks into the cell.
       ModuleFrameFn from_stack = g_module_frame_fn.load(std::memory_order_acquire);
@@ -590,7 +599,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     }
   }
   ts.ops.push_back(OpEntry{&fn, node, now_ns(), 0, recorded_seq, dctx_timeline_step(),
-                           g_sampled.load(std::memory_order_relaxed)});
+                           g_sampled.load(std::memory_order_relaxed), user_scope});
   // Intra-op pool threads (at::parallel_for, OpenMP) run no Python and no RecordFunction: the
   // sampler puts their CPU time under the operator running meanwhile.
   dctx_set_worker_context(node);
@@ -685,6 +694,9 @@ DCTX_EXPORT int dctx_torch_install(int flags) {
     g_cpu_allocator = new CpuAllocator();  // never freed: blocks keep its deleter
 #endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    // record_function opens its scope through these frames: the scope belongs to their caller.
+    dctx_add_scope_opener("torch/autograd/profiler.py");
+    dctx_add_scope_opener("torch/_ops.py");
   });
   g_flags = flags;
   g_generation.fetch_add(1);

@@ -24,6 +24,7 @@
 
 #include "collect/native_unwind.h"
 #include "collect/perf_counters.h"
+#include "collect/thread_origin.h"
 #include "context/python_stack.h"
 #include "context/thread_context.h"
 #include "tree/cct.h"
@@ -322,6 +323,7 @@ void scan_tasks(State &s) {
   DIR *dir = opendir("/proc/self/task");
   if (!dir) return;
   for (auto &[tid, t] : s.native_threads) t.seen = false;
+  std::vector<pid_t> unnamed;  // found now, with the process's comm
   while (dirent *e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     auto tid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
@@ -342,11 +344,19 @@ void scan_tasks(State &s) {
     if (tid == getpid()) {
       comm = "MainThread";
     } else if (comm.empty() || comm == s.process_comm) {
+      unnamed.push_back(tid);  // named below by what started it
       comm = "native thread";
     }
     t.frame = tree().frame(DCTX_FRAME_THREAD, comm, "", 0, "");
   }
   closedir(dir);
+  if (!unnamed.empty()) {
+    const std::vector<std::string> origins = thread_origins(unnamed);
+    for (size_t i = 0; i < unnamed.size(); ++i) {
+      if (!origins[i].empty())
+        s.native_threads[unnamed[i]].frame = tree().frame(DCTX_FRAME_THREAD, origins[i], "", 0, "");
+    }
+  }
   s.scanned = true;
   for (auto it = s.native_threads.begin(); it != s.native_threads.end();) {
     if (it->second.seen) {

@@ -21,6 +21,8 @@ import {
   metricSpecs,
   widthOf,
 } from "./model";
+import { partialNotice } from "./meta";
+import { PathContext, displayPath, fullPath, pathContext } from "./paths";
 import { SourceView } from "./source";
 import { DEFAULT_STATE, VIEWS, ViewName, ViewState, formatHash, parseHash } from "./state";
 import { Column, TableTree, TreeTable, tableTree } from "./table";
@@ -126,6 +128,8 @@ class App {
   private diffList = new Map<string, DiffList>();
   private sourceText = new Map<string, { text: string } | { error: string }>();
   private tooltip = el("div");
+  /** where the profiled program lives, for displayPath */
+  private paths: PathContext = { cwd: "", roots: [] };
 
   async start(): Promise<void> {
     const t0 = performance.now();
@@ -135,9 +139,11 @@ class App {
     this.trees = await Promise.all(loads);
     window.__dctx.loadMs = performance.now() - t0;
     this.specs = metricSpecs(this.trees[0].metrics);
+    this.paths = pathContext(this.info.profiles[0].meta);
     this.tooltip.id = "tooltip";
     document.body.appendChild(this.tooltip);
     this.buildChrome();
+    this.showPartial();
     window.addEventListener("popstate", () => this.fromHash());
     window.addEventListener("hashchange", () => this.fromHash());
     window.addEventListener("resize", () => this.render());
@@ -294,6 +300,15 @@ class App {
       main.appendChild(p);
       this.panes.set(v, p);
     }
+  }
+
+  /** A banner above every view when the profile (or the baseline) was cut short. */
+  private showPartial(): void {
+    const [p, base] = this.info.profiles;
+    const lines = [partialNotice(p.meta), this.info.baseline && base ? partialNotice(base.meta, "baseline") : null].filter((x) => x !== null);
+    const b = $("banner");
+    b.replaceChildren(...lines.map((l) => el("div", "", l)));
+    b.hidden = !lines.length;
   }
 
   private syncChrome(): void {
@@ -508,6 +523,7 @@ class App {
           this.render();
         },
         name,
+        (file) => fullPath(file, this.paths),
       );
       this.tables.set(name, t);
     }
@@ -624,8 +640,8 @@ class App {
     for (const ft of files) {
       const d = el("div", ft.file === file ? "active" : "");
       d.dataset.file = ft.file;
-      d.title = ft.file;
-      d.append(el("span", "v", formatPercent(ft.inc, total)), document.createTextNode(ft.file));
+      d.title = fullPath(ft.file, this.paths);
+      d.append(el("span", "v", formatPercent(ft.inc, total)), document.createTextNode(displayPath(ft.file, this.paths)));
       d.addEventListener("click", () => this.set({ file: ft.file, line: 0 }));
       list.appendChild(d);
     }
@@ -637,7 +653,9 @@ class App {
     // the hot line: the most exclusive (self) value, else the most inclusive
     const hot = lines.reduce((b, l) => (l.exc > b.exc || (l.exc === b.exc && l.inc > b.inc) ? l : b), { line: 0, inc: -1, exc: -1 });
     const line = this.state.line || hot.line;
-    sub.appendChild(el("span", "legend", `${file}: ${lines.length} lines with samples; hottest line ${hot.line} (${formatValue(hot.exc, spec.unit)} exclusive). Gutter: inclusive · % of total · exclusive.`));
+    const legend = el("span", "legend", `${displayPath(file, this.paths)}: ${lines.length} lines with samples; hottest line ${hot.line} (${formatValue(hot.exc, spec.unit)} exclusive). Gutter: inclusive · % of total · exclusive.`);
+    legend.title = fullPath(file, this.paths);
+    sub.appendChild(legend);
     const cached = this.sourceText.get(file);
     if (!cached) {
       host.replaceChildren(el("div", "msg", "loading…"));
@@ -650,7 +668,7 @@ class App {
       return;
     }
     if ("error" in cached) {
-      host.replaceChildren(el("div", "msg err", `cannot show ${file}: ${cached.error}`));
+      host.replaceChildren(el("div", "msg err", `cannot show ${displayPath(file, this.paths)}: ${cached.error}`));
       return;
     }
     if (!this.source || host.dataset.file !== file || host.dataset.line !== String(line) || host.dataset.metric !== spec.id) {
@@ -829,8 +847,9 @@ class App {
         const src = x.location?.source;
         const m = src ? /^(.*):(\d+)$/.exec(src) : null;
         if (m) {
-          const b3 = el("button", "", `Source ${src}`);
           const file = this.trees[0].frames.file.find((ff) => ff === m[1] || ff.endsWith("/" + m[1])) ?? m[1];
+          const b3 = el("button", "", `Source ${displayPath(file, this.paths)}:${m[2]}`);
+          b3.title = `${fullPath(file, this.paths)}:${m[2]}`;
           b3.addEventListener("click", () => this.set({ view: "source", file, line: parseInt(m[2], 10) }));
           card.appendChild(b3);
         }
@@ -875,9 +894,19 @@ class App {
     d.appendChild(actions);
     d.appendChild(el("div", "title", frameLabel(f, fr)));
     const where = [kindLabel(f.kind[fr])];
-    if (f.file[fr]) where.push(`${f.file[fr]}${f.line[fr] ? ":" + f.line[fr] : ""}`);
-    if (f.module[fr]) where.push(f.module[fr]);
-    d.appendChild(el("div", "where", where.join(" · ")));
+    const full: string[] = [];
+    const line = f.line[fr] ? ":" + f.line[fr] : "";
+    if (f.file[fr]) {
+      where.push(displayPath(f.file[fr], this.paths) + line);
+      full.push(fullPath(f.file[fr], this.paths) + line);
+    }
+    if (f.module[fr]) {
+      where.push(displayPath(f.module[fr], this.paths));
+      full.push(fullPath(f.module[fr], this.paths));
+    }
+    const w = el("div", "where", where.join(" · "));
+    w.title = full.join("\n");
+    d.appendChild(w);
     const tbl = el("table");
     const hdr = el("tr");
     const heads = ["metric", "inclusive", "% total", "exclusive"];

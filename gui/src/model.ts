@@ -5,6 +5,8 @@
 // visits children before parents. Every transform (hide kinds, bottom-up, flat, sandwich, diff)
 // returns a new Tree with the same invariant.
 
+import { basename } from "./paths";
+
 export const FRAME_KINDS = [
   "root",
   "python",
@@ -114,11 +116,6 @@ export function isImportSystem(f: Frames, i: number): boolean {
 export function kindLabel(kind: string): string {
   if (kind === IMPORT_SYSTEM) return "import system";
   return kind === "gpu_api" ? "GPU API" : kind === "hlo_op" ? "HLO op" : kind === "jax_op" ? "JAX op" : kind;
-}
-
-export function basename(p: string): string {
-  const k = p.lastIndexOf("/");
-  return k >= 0 ? p.slice(k + 1) : p;
 }
 
 /** A key that identifies a frame across two profiles. */

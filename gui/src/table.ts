@@ -5,6 +5,65 @@ import { Frames, Tree, formatPercent, formatValue, frameLabel, kindLabel } from 
 import { kindColor } from "./colors";
 
 export const ROW_H = 22;
+const VALUE_COL_W = 104;
+
+/** The name column's width: one for every table, kept across views and reloads (localStorage)
+ * once the user drags it, else a share of the window, so deep frames keep their names. */
+export const NAME_COLUMN = { storageKey: "deepcontext.nameColumnWidth", share: 0.5, min: 240, max: 6000 };
+
+export function defaultNameWidth(windowWidth: number): number {
+  return Math.max(NAME_COLUMN.min, Math.round(windowWidth * NAME_COLUMN.share));
+}
+
+export function clampNameWidth(w: number): number {
+  return Math.round(Math.min(NAME_COLUMN.max, Math.max(NAME_COLUMN.min, w)));
+}
+
+/** The width to use: the stored one when it is a number, else the default for the window. */
+export function nameWidth(stored: string | null, windowWidth: number): number {
+  const w = stored === null ? NaN : Number(stored);
+  return Number.isFinite(w) && w > 0 ? clampNameWidth(w) : defaultNameWidth(windowWidth);
+}
+
+/** Sets the name column's width on the page (the CSS variable every table's grid reads). */
+class NameColumn {
+  width = 0;
+  constructor() {
+    this.refresh();
+    window.addEventListener("resize", () => this.refresh());
+  }
+  private stored(): string | null {
+    try {
+      return window.localStorage.getItem(NAME_COLUMN.storageKey);
+    } catch {
+      return null; // storage disabled: the default for the window
+    }
+  }
+  refresh(): void {
+    this.apply(nameWidth(this.stored(), window.innerWidth));
+  }
+  apply(w: number): void {
+    this.width = clampNameWidth(w);
+    document.documentElement.style.setProperty("--namew", `${this.width}px`);
+  }
+  save(): void {
+    try {
+      window.localStorage.setItem(NAME_COLUMN.storageKey, String(this.width));
+    } catch {
+      /* kept for this page only */
+    }
+  }
+  reset(): void {
+    try {
+      window.localStorage.removeItem(NAME_COLUMN.storageKey);
+    } catch {
+      /* nothing stored */
+    }
+    this.refresh();
+  }
+}
+
+let nameColumn: NameColumn | null = null;
 
 /** What the table needs of a tree: frames, and children on demand (a lazy tree computes them). */
 export interface TableTree {
@@ -70,6 +129,8 @@ export class TreeTable {
     private onActivate: (node: number) => void,
     private onToggle: (node: number, open: boolean) => void,
     name = "table",
+    /** a frame's file as shown on hover (the full path) */
+    private fullPath: (file: string) => string = (file) => file,
   ) {
     this.el = document.createElement("div");
     this.el.className = "ttable";
@@ -87,6 +148,7 @@ export class TreeTable {
     this.viewport.append(this.head, this.spacer);
     this.el.append(this.viewport);
     host.appendChild(this.el);
+    nameColumn ??= new NameColumn();
     this.viewport.addEventListener("scroll", () => this.paint());
     this.body.addEventListener("click", (ev) => {
       const row = (ev.target as HTMLElement).closest(".trow") as HTMLElement | null;
@@ -107,8 +169,8 @@ export class TreeTable {
 
   set(opts: TableOptions): void {
     this.opts = opts;
-    this.template = `minmax(280px, 1fr) ${opts.columns.map(() => "104px").join(" ")}`;
-    this.el.style.setProperty("--minw", `${280 + 104 * opts.columns.length}px`);
+    this.template = `var(--namew) ${opts.columns.map(() => `${VALUE_COL_W}px`).join(" ")}`;
+    this.el.style.setProperty("--minw", `calc(var(--namew) + ${VALUE_COL_W * opts.columns.length}px)`);
     this.head.replaceChildren();
     this.head.style.gridTemplateColumns = this.template;
     this.el.style.setProperty("--cols", this.template);
@@ -122,9 +184,40 @@ export class TreeTable {
       this.head.appendChild(h);
     };
     mk("name", "name");
+    this.head.firstElementChild!.appendChild(this.resizeHandle());
     for (const c of opts.columns) mk(c.id, c.label, c.title);
     this.computeRows();
     this.paint();
+  }
+
+  /** The drag handle at the name header's right edge; a double-click goes back to the default. */
+  private resizeHandle(): HTMLElement {
+    const h = document.createElement("span");
+    h.className = "colresize";
+    h.title = "drag to resize the name column (double-click: default width)";
+    h.addEventListener("click", (ev) => ev.stopPropagation()); // not a sort
+    h.addEventListener("dblclick", (ev) => {
+      ev.stopPropagation();
+      nameColumn!.reset();
+    });
+    h.addEventListener("pointerdown", (ev) => {
+      ev.preventDefault();
+      ev.stopPropagation();
+      h.setPointerCapture(ev.pointerId);
+      const x0 = ev.clientX;
+      const w0 = nameColumn!.width;
+      const move = (e: PointerEvent) => nameColumn!.apply(w0 + e.clientX - x0);
+      const up = () => {
+        h.removeEventListener("pointermove", move);
+        h.removeEventListener("pointerup", up);
+        h.removeEventListener("pointercancel", up);
+        if (nameColumn!.width !== w0) nameColumn!.save(); // a plain click keeps following the window
+      };
+      h.addEventListener("pointermove", move);
+      h.addEventListener("pointerup", up);
+      h.addEventListener("pointercancel", up);
+    });
+    return h;
   }
 
   /** The visible rows: a depth-first walk over expanded nodes, children sorted. */
@@ -224,7 +317,7 @@ export class TreeTable {
       }
       const text = frameLabel(t.frames, fr);
       row.label.textContent = text;
-      row.label.title = text + (t.frames.file[fr] ? `\n${t.frames.file[fr]}:${t.frames.line[fr]}` : "");
+      row.label.title = text + (t.frames.file[fr] ? `\n${this.fullPath(t.frames.file[fr])}:${t.frames.line[fr]}` : "");
       while (row.cells.length < ncols) {
         const c = document.createElement("div");
         row.cells.push(c);

@@ -44,6 +44,33 @@ def profile_b(work_dir) -> Path:
     return run_profiler(work_dir / "b.dctx", "work.py", "b", cwd=work_dir)
 
 
+@pytest.fixture(scope="session")
+def deep_profile(tmp_path_factory) -> Path:
+    """A profile of programs/deep.py: a deep hot path, work in the standard library and in a
+    package under a site-packages folder (a real file there, imported by path)."""
+    d = tmp_path_factory.mktemp("gui-deep")
+    shutil.copy(PROGRAM.parent / "deep.py", d / "deep.py")
+    site = d / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "squares").mkdir(parents=True)
+    (site / "squares" / "__init__.py").write_text("")
+    (site / "squares" / "core.py").write_text(
+        "def square_sum(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n    return s\n"
+    )
+    return run_profiler(d / "deep.dctx", "deep.py", str(site), cwd=d)
+
+
+@pytest.fixture(scope="session")
+def partial_profile(tmp_path_factory) -> Path:
+    """The checkpoint of programs/partial.py, which writes it and then dies by SIGKILL."""
+    d = tmp_path_factory.mktemp("gui-partial")
+    shutil.copy(PROGRAM.parent / "partial.py", d / "partial.py")
+    out = d / "partial.dctx"
+    cmd = [sys.executable, "-m", "deepcontext", "run", "-o", str(out), "partial.py"]
+    r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, f"partial.py was not killed: {r.returncode} {r.stderr}"
+    return out
+
+
 def browser_available() -> str | None:
     """Why the browser tests cannot run here, or None when they can."""
     if not os.path.exists(CHROMIUM):

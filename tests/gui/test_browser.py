@@ -1,6 +1,7 @@
 """The GUI in headless Chromium (playwright-core) against the real server on real profiles:
-every view, search, focus, hide, sort/expand, source at the hot line, diff, findings; one
-screenshot per view in tests/gui/screenshots/."""
+every view, search, focus, hide, sort/expand, source at the hot line, diff, findings; the name
+column's width, short file paths, the partial-profile banner; one screenshot per view in
+tests/gui/screenshots/."""
 
 from __future__ import annotations
 
@@ -83,6 +84,33 @@ def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
         "findings",
     ]:
         assert (SCREENSHOTS / f"{view}.png").stat().st_size > 5000, view
+
+
+def test_name_column_and_file_paths_in_a_real_browser(deep_profile):
+    """The tree tables' name column is half the window by default, resizes by its header's drag
+    handle and keeps its width across views and reloads; file paths are short (program-relative,
+    `<package>/...`, `<stdlib>/...`) with the full path on hover."""
+    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+    result = browse("e2e/names.mjs", str(deep_profile))
+    assert len(result["checks"]) == 20
+    assert result["widths"]["dragged"] > result["widths"]["default"] >= 600
+    for view in ["top-down-names", "top-down-names-wide", "source-paths"]:
+        assert (SCREENSHOTS / f"{view}.png").stat().st_size > 5000, view
+
+
+def test_partial_profile_banner_in_a_real_browser(partial_profile):
+    """A checkpoint of a program that did not finish says so above every view."""
+    assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
+    from deepcontext import load
+
+    meta = load(str(partial_profile)).meta
+    assert meta["complete"] == "0"
+    result = browse("e2e/partial.mjs", str(partial_profile))
+    assert len(result["checks"]) >= 10
+    assert result["banner"].startswith(
+        "Partial profile: the program did not finish; data up to "
+        + meta["end_time"].replace("T", " ").replace("Z", " UTC")
+    )
 
 
 REPLAY = ROOT / "tests" / "gpu" / "gpu_replay.py"

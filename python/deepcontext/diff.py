@@ -49,6 +49,8 @@ class DiffResult:
     total_a: float
     total_b: float
     entries: list[DiffEntry] = field(default_factory=list)
+    import_a: float = 0.0  # import time left out of A's and B's values (0 with import_time)
+    import_b: float = 0.0
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -63,10 +65,14 @@ class _Paths:
         self.parent: list[int] = [0]
         self.frame: list[Frame | None] = [None]
 
-    def table(self, p: Profile, metric: str, splice: bool) -> dict[int, list]:
-        """Per path id: [inclusive, exclusive, first node id] of `metric` in `p`. With `splice`,
-        frames of Python's import system are left out of the paths: their exclusive value goes
-        to the path of their parent, their children hang under it."""
+    def table(
+        self, p: Profile, metric: str, splice: bool, import_time: bool
+    ) -> tuple[dict[int, list], float]:
+        """Per path id: [inclusive, exclusive, first node id] of `metric` in `p`, and the time of
+        imports left out. With `splice`, frames of Python's import system are left out of the
+        paths: their exclusive value goes to the path of their parent, their children hang under
+        it. Without `import_time`, what ran inside the import system (the imported modules' code)
+        is left out, and out of the inclusive values of the paths above it."""
         values = p._values.get(metric, {})
         frames = p.frames
         parent = p.node_parent
@@ -74,7 +80,21 @@ class _Paths:
         intern = self.intern
         key_of = [0] * len(parent)
         table: dict[int, list] = {}
+        importing = [False] * len(parent)
+        removed = [0.0] * len(parent)  # per node: import time in its subtree, left out
+        if not import_time:
+            for n in range(1, len(parent)):
+                if importing[parent[n]]:
+                    importing[n] = True
+                elif frames[node_frame[n]].import_system():
+                    importing[n] = True
+                    v = values.get(n)
+                    removed[n] = v[4] if v else 0.0
+            for n in range(len(parent) - 1, 0, -1):
+                removed[parent[n]] += removed[n]
         for n in range(1, len(parent)):
+            if importing[n]:
+                continue
             frame = frames[node_frame[n]]
             if splice and frame.import_system() and parent[n] > 0:
                 kid = key_of[n] = key_of[parent[n]]
@@ -95,11 +115,11 @@ class _Paths:
                 continue
             row = table.get(kid)
             if row is None:
-                table[kid] = [v[4], v[0], n]
+                table[kid] = [v[4] - removed[n], v[0], n]
             else:  # the same path twice (sibling frames not merged): add them up
-                row[0] += v[4]
+                row[0] += v[4] - removed[n]
                 row[1] += v[0]
-        return table
+        return table, removed[0]
 
     def path(self, kid: int) -> tuple[Frame, ...]:
         out = []
@@ -116,6 +136,7 @@ def diff_profiles(
     *,
     min_delta: float = 0.0,
     import_frames: bool = False,
+    import_time: bool = False,
 ) -> DiffResult:
     """Paths whose inclusive or exclusive `metric` differs between A and B, ranked.
 
@@ -123,7 +144,10 @@ def diff_profiles(
     by the absolute inclusive change. Paths whose values are equal in both, or whose largest
     absolute change is at most `min_delta`, are left out, so a profile diffed against itself
     gives an empty result. Python's import-system frames are spliced out of the paths unless
-    `import_frames` (as in `deepcontext report`).
+    `import_frames` (as in `deepcontext report`). The time spent importing modules (start-up,
+    which varies from run to run with the file system's caches) is left out unless `import_time`
+    or `import_frames`, so the ranking is of changes in the program's work; the totals are then
+    without it too.
     """
     metric = metric or a.default_metric()
     if metric not in a.metrics and metric not in b.metrics:
@@ -131,8 +155,9 @@ def diff_profiles(
         raise UserError(f"unknown metric {metric!r} (these profiles have: {known})")
     unit = (a.metrics.get(metric) or b.metrics[metric]).unit
     paths = _Paths()
-    ta = paths.table(a, metric, not import_frames)
-    tb = paths.table(b, metric, not import_frames)
+    import_time = import_time or import_frames
+    ta, skipped_a = paths.table(a, metric, not import_frames, import_time)
+    tb, skipped_b = paths.table(b, metric, not import_frames, import_time)
     entries = []
     for kid, (ai, ae, an) in ta.items():
         rb = tb.get(kid)
@@ -156,7 +181,9 @@ def diff_profiles(
     return DiffResult(
         metric,
         unit,
-        a.total(metric) if metric in a.metrics else 0.0,
-        b.total(metric) if metric in b.metrics else 0.0,
+        a.total(metric) - skipped_a if metric in a.metrics else 0.0,
+        b.total(metric) - skipped_b if metric in b.metrics else 0.0,
         entries,
+        skipped_a,
+        skipped_b,
     )

@@ -7,6 +7,7 @@ plain list look-ups. Every CLI command, exporter, the analyzer and the GUI serve
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -74,6 +75,62 @@ class Metric:
     name: str
     unit: str
     description: str
+
+
+# The statistics across inputs that `deepcontext merge` stores as metrics `M:<stat>` of each
+# metric M (docs/interop.md). The mean adds up like M itself (the mean of sums is the sum of
+# means); the others do not.
+MERGE_STATS = ("mean", "min", "max", "std", "imbalance")
+_ADDITIVE_STATS = ("mean",)
+
+
+class Combine(enum.Enum):
+    """How the values of a metric combine when a view puts several nodes' values into one row
+    (spliced frames, merged siblings, the bottom-up and flat views): the one definition that every
+    view, exporter and diff follows."""
+
+    SUM = "sum"  # values add up: times, bytes, counts, a merge's means
+    # wall time adds up along one thread, but the threads run at once: the whole is the elapsed
+    # time (a share is of that), not the sum of the threads' wall times
+    PER_THREAD = "per_thread"
+    # a merge's min/max/std/imbalance across inputs: from the stored statistics alone the value
+    # of a combination is unknown (the max of a sum is not the sum of the maxima), so a row that
+    # combines several measured nodes has none (NaN, shown as n/a)
+    STORED = "stored"
+
+
+def combine_rule(name: str, metric_names: Iterable[str]) -> Combine:
+    """How `name` combines, given the names of the profile's metrics."""
+    base, _, stat = name.rpartition(":")
+    if base and stat in MERGE_STATS and base in metric_names:
+        return Combine.SUM if stat in _ADDITIVE_STATS else Combine.STORED
+    if name == "wall_time":
+        return Combine.PER_THREAD
+    return Combine.SUM
+
+
+def stat_base(name: str) -> str | None:
+    """The metric a merge statistic is of (`cpu_time` for `cpu_time:max`), else None."""
+    base, _, stat = name.rpartition(":")
+    return base if base and stat in MERGE_STATS else None
+
+
+def elapsed_ns(meta: dict[str, str]) -> float | None:
+    """The profiled run's elapsed time (the CPU sampler's span), the whole that wall_time is a part
+    of; for a merged profile the inputs' elapsed times added up (wall_time adds up across them).
+    None for profiles that did not record it."""
+    if "merged_inputs" in meta:
+        try:
+            metas = [i.get("meta", {}) for i in json.loads(meta["merged_inputs"])]
+        except (ValueError, TypeError, AttributeError):
+            return None
+        each = [elapsed_ns(m) for m in metas]
+        return None if not each or None in each else float(sum(each))  # type: ignore[arg-type]
+    try:
+        v = float(meta["elapsed_ns"])
+    except (KeyError, ValueError):
+        return None
+    return v if v > 0 else None
 
 
 class Node:
@@ -285,7 +342,13 @@ class Profile:
         return {"inclusive": inc, "exclusive": s, "count": c, "min": mn, "max": mx}
 
     def total(self, metric: str) -> float:
-        return self.inclusive(0, metric)
+        """The metric's whole: the root's inclusive value, but for wall_time the elapsed time
+        where the profile has it and wall time was sampled (the root holds the threads' wall times
+        added up)."""
+        total = self.inclusive(0, metric)
+        if metric == "wall_time" and total > 0:
+            return elapsed_ns(self.meta) or total
+        return total
 
     def default_metric(self) -> str:
         for m in ("gpu_time", "cpu_time", "op_time", "wall_time"):

@@ -19,7 +19,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
-from .reader import FRAME_KINDS, Frame, Metric, Profile, ProfileError, _open, read_header
+from .reader import (
+    FRAME_KINDS,
+    Combine,
+    Frame,
+    Metric,
+    Profile,
+    ProfileError,
+    _open,
+    combine_rule,
+    elapsed_ns,
+    read_header,
+    stat_base,
+)
 
 _MARKED_KINDS = {"scope", "module", "thread", "step", "backward"}
 
@@ -60,8 +72,14 @@ _SCALES = {
 _DECIMAL = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
 
 
+NOT_COMBINABLE = "n/a"  # how a value that cannot be derived (Combine.STORED) reads
+
+
 def format_value(value: float, unit: str) -> str:
-    """`value` in human units: 1.23 s, 45.6 ms, 3.0 MiB, 1.2M (counts, cycles)."""
+    """`value` in human units: 1.23 s, 45.6 ms, 3.0 MiB, 1.2M (counts, cycles); n/a for NaN, a
+    statistic that the row's nodes do not determine."""
+    if value != value:
+        return NOT_COMBINABLE
     if value == 0:
         return "0"
     scales = _SCALES.get(unit, _DECIMAL)
@@ -78,10 +96,19 @@ def format_value(value: float, unit: str) -> str:
     return f"{text}{suffix}"
 
 
-def format_share(part: float, total: float) -> str:
-    if total == 0:
+def format_share(part: float, total: float | None) -> str:
+    """`part` as a percentage of `total`; "-" where there is no whole to be a share of."""
+    if not total:
         return "-"
+    if part != part:
+        return NOT_COMBINABLE
     return f"{100.0 * part / total:.1f}%"
+
+
+def number(value: float) -> float | None:
+    """A value for JSON: None (null) for one that cannot be derived (NaN is not JSON)."""
+    v = float(value)
+    return None if v != v else v
 
 
 @dataclass
@@ -91,6 +118,24 @@ class MetricData:
     count: np.ndarray  # int64
     min: np.ndarray
     max: np.ndarray
+    rule: Combine = Combine.SUM
+    # Combine.STORED only: per node, whether any merged input measured the statistic's metric
+    # there (its event count > 0). A node that none did adds 0 to every input's value, so a
+    # combination with it keeps the other node's statistic exactly.
+    measured: np.ndarray | None = None
+
+
+def _combine_stored(
+    group: np.ndarray, values: np.ndarray, measured: np.ndarray, size: int
+) -> np.ndarray:
+    """Per group, the combination of a Combine.STORED statistic over its members: 0 where no
+    member was measured, the one measured member's value, NaN where several were (unknown)."""
+    live = measured.astype(bool)
+    k = np.bincount(group[live], minlength=size)
+    one = np.bincount(group[live], weights=values[live], minlength=size)
+    out = np.where(k == 1, one, 0.0)
+    out[k > 1] = np.nan
+    return out
 
 
 class Tree:
@@ -116,6 +161,21 @@ class Tree:
         self.origin = origin
         self.frames = frames if frames is not None else profile.frames
         self._children: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # after `transformed`: per node of the profile, its node here (-1: left out)
+        self.node_map: np.ndarray | None = None
+        # every node but the root lies in one thread (the root's children are the threads), so
+        # a node's wall time is a part of the elapsed time; not so once threads are merged
+        self.per_thread = True
+
+    def share_total(self, metric: str) -> float | None:
+        """The whole that a share of `metric` is of: the root's inclusive value for a metric that
+        adds up, the run's elapsed time for wall_time (Combine.PER_THREAD), None for a statistic
+        that does not add up (no share: a node's max is no part of the root's max)."""
+        md = self.metrics[metric]
+        if md.rule is Combine.STORED or (md.rule is Combine.PER_THREAD and not self.per_thread):
+            return None
+        total = float(md.inc[0])
+        return total if total == total else None
 
     @classmethod
     def from_profile(cls, profile: Profile, metrics: Iterable[str] | None = None) -> Tree:
@@ -136,6 +196,14 @@ class Tree:
                 md.max[ids] = rows[:, 3]
                 md.inc[ids] = rows[:, 4]
             data[m] = md
+
+        def measured(base: str) -> np.ndarray:
+            out = np.zeros(n, dtype=bool)
+            for node, row in profile._check_metric(base).items():
+                out[node] = row[1] > 0
+            return out
+
+        _set_rules(data, list(profile.metrics), profile.meta, measured)
         parent = np.asarray(profile.node_parent, dtype=np.int64)
         frame = np.asarray(profile.node_frame, dtype=np.int64)
         return cls(profile, parent, frame, data, np.arange(n, dtype=np.int64))
@@ -186,11 +254,10 @@ class Tree:
         if focus is not None:
             keep[0] = False  # the root's own value lies outside every focused subtree
         m = len(parent_a)
+        origin[0] = 0 if focus is None else -1
+        tgt = mapping[keep]
         data = {}
         for name, md in self.metrics.items():
-            tgt = mapping[keep]
-            exc = np.zeros(m)
-            np.add.at(exc, tgt, md.exc[keep])
             count = np.zeros(m, dtype=np.int64)
             np.add.at(count, tgt, md.count[keep])
             has = md.count[keep] > 0
@@ -200,9 +267,46 @@ class Tree:
             np.maximum.at(vmax, tgt[has], md.max[keep][has])
             vmin[count == 0] = 0.0
             vmax[count == 0] = 0.0
-            data[name] = MetricData(exc, _inclusive(parent_a, exc), count, vmin, vmax)
-        origin[0] = 0 if focus is None else -1
-        return Tree(self.profile, parent_a, frame_a, data, origin, self.frames)
+            if md.rule is Combine.STORED:
+                exc, inc, measured = self._stored_values(md, mapping, keep, origin, parent_a)
+                data[name] = MetricData(exc, inc, count, vmin, vmax, md.rule, measured)
+                continue
+            exc = np.bincount(tgt, weights=md.exc[keep], minlength=m)
+            inc = _inclusive(parent_a, exc)
+            if focus is None:  # the root's subtree is the whole tree still (wall: the elapsed)
+                inc[0] = md.inc[0]
+            data[name] = MetricData(exc, inc, count, vmin, vmax, md.rule)
+        out = Tree(self.profile, parent_a, frame_a, data, origin, self.frames)
+        out.node_map = mapping if self.node_map is None else _compose(self.node_map, mapping)
+        out.per_thread = self.per_thread and focus is None
+        return out
+
+    def _stored_values(self, md, mapping, keep, origin, parent_a):
+        """`transformed`'s values of a Combine.STORED statistic. A node's exclusive value combines
+        those of the nodes that went into it (its own and the ones spliced into it). Its inclusive
+        value is the stored one of the node it came from, whose whole subtree it has; for a node
+        merged from several, the combination of their inclusive values."""
+        m = len(parent_a)
+        tgt = mapping[keep]
+        measured = md.measured if md.measured is not None else md.count > 0
+        exc = _combine_stored(tgt, md.exc[keep], measured[keep], m)
+        new_measured = np.bincount(tgt, weights=measured[keep], minlength=m) > 0
+        inc = np.zeros(m)
+        single = origin >= 0
+        inc[single] = md.inc[origin[single]]
+        # the nodes a merged node came from: those that map to it and whose parent does not (a
+        # spliced node maps where its parent does)
+        member = keep.copy()
+        member[0] = False
+        member[1:] &= mapping[self.parent[1:]] != mapping[1:]
+        in_subtree = _inclusive(self.parent, measured.astype(np.float64)) > 0
+        merged = _combine_stored(mapping[member], md.inc[member], in_subtree[member], m)
+        inc[~single] = merged[~single]
+        if origin[0] < 0:  # focused: the root holds the focused subtrees, the root's children
+            kids = np.flatnonzero(parent_a[1:] == 0) + 1
+            live = _inclusive(parent_a, new_measured.astype(np.float64))[kids] > 0
+            inc[0] = _combine_stored(np.zeros(len(kids), np.int64), inc[kids], live, 1)[0]
+        return exc, inc, new_measured
 
     def _splice(self, hide: np.ndarray):
         """`transformed`'s node mapping for `hide` alone, with numpy: each hidden node goes to its
@@ -422,7 +526,41 @@ def _read_tree(con: sqlite3.Connection, path: str, metrics) -> Tree:
         md.max[ids] = vals[:, 4]
         md.inc[ids] = vals[:, 5]
         data[m] = md
+
+    def measured(base: str) -> np.ndarray:
+        out = np.zeros(n, dtype=bool)
+        rows = con.execute(
+            "SELECT node FROM node_metrics WHERE metric = ? AND count > 0", (known[base].id,)
+        ).fetchall()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        out[ids[(ids >= 0) & (ids < n)]] = True
+        return out
+
+    _set_rules(data, list(known), meta, measured)
     return Tree(info, parent, frame, data, np.arange(n, dtype=np.int64), frames)
+
+
+def _set_rules(
+    data: dict[str, MetricData],
+    names: list[str],
+    meta: dict[str, str],
+    measured: Callable[[str], np.ndarray],
+) -> None:
+    """Each metric's Combine rule (reader.combine_rule), with what it needs: for a merge
+    statistic where its metric was measured, for wall_time the elapsed time at the root."""
+    for name, md in data.items():
+        md.rule = combine_rule(name, names)
+        if md.rule is Combine.STORED:
+            md.measured = measured(stat_base(name))
+        elif md.rule is Combine.PER_THREAD and md.inc[0] > 0:  # wall time was sampled
+            elapsed = elapsed_ns(meta)
+            if elapsed is not None:
+                md.inc[0] = elapsed
+
+
+def _compose(first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """The node map of two transforms in a row."""
+    return np.where(first >= 0, then[np.maximum(first, 0)], -1)
 
 
 def _inclusive(parent: np.ndarray, exc: np.ndarray) -> np.ndarray:
@@ -464,10 +602,27 @@ def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float)
     counts = np.stack([tree.metrics[m].count[cursors] for m in names], axis=1) if names else None
     pi = names.index(primary)
     k = len(names)
+    # Combine.STORED columns: which cursors measured each (the others add nothing to a row)
+    stored = [j for j, m in enumerate(names) if tree.metrics[m].rule is Combine.STORED]
+    live = np.zeros((len(cursors), k), dtype=bool)
+    for j in stored:
+        md = tree.metrics[names[j]]
+        live[:, j] = (md.measured if md.measured is not None else md.count > 0)[cursors]
+        vals[:, j] = np.where(live[:, j], vals[:, j], 0.0)
+
+    def combined(inv: np.ndarray, size: int) -> np.ndarray:
+        """Per row of this level (cursors grouped by `inv`): the rows' values by each rule."""
+        sums = np.zeros((size, k))
+        np.add.at(sums, inv, vals)
+        for j in stored:
+            sums[:, j] = _combine_stored(inv, vals[:, j], live[:, j], size)
+        return sums
+
     fspan = int(tree.frame.max()) + 1
     level_parent = [np.zeros(1, dtype=np.int64)]
     level_frame = [np.zeros(1, dtype=np.int64)]
-    level_inc = [vals.sum(axis=0, keepdims=True) if len(cursors) else np.zeros((1, k))]
+    # the root is the whole tree: its values are the tree's root values, by every rule
+    level_inc = [np.array([[float(tree.metrics[m].inc[0]) for m in names]]).reshape(1, k)]
     level_exc = [np.zeros((1, k))]
     level_cnt = [np.zeros((1, k), dtype=np.int64)]
     owner = np.zeros(len(cursors), dtype=np.int64)  # inverted node each cursor sits under
@@ -477,9 +632,10 @@ def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float)
     while len(at) and (max_depth is None or level < max_depth):
         fr = tree.frame[at]
         uniq, inv = np.unique(owner * fspan + fr, return_inverse=True)
-        sums = np.zeros((len(uniq), k))
-        np.add.at(sums, inv, vals)
-        kept = sums[:, pi] >= min_value if min_value > 0 else np.ones(len(uniq), dtype=bool)
+        inv = inv.ravel()
+        sums = combined(inv, len(uniq))
+        # a row whose value is unknown (NaN) is kept: it may be large
+        kept = ~(sums[:, pi] < min_value) if min_value > 0 else np.ones(len(uniq), dtype=bool)
         ids = np.full(len(uniq), -1, dtype=np.int64)
         ids[kept] = built + np.arange(int(kept.sum()))
         built += int(kept.sum())
@@ -500,6 +656,7 @@ def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float)
         owner = new_owner[alive]
         at = nxt[alive]
         vals = vals[alive]
+        live = live[alive]
         level += 1
     out_parent = np.concatenate(level_parent)
     out_frame = np.concatenate(level_frame)
@@ -508,10 +665,12 @@ def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float)
     cnt = np.concatenate(level_cnt)
     zeros = np.zeros(len(out_parent))
     data = {
-        m: MetricData(exc[:, k].copy(), inc[:, k].copy(), cnt[:, k].copy(), zeros, zeros)
+        m: MetricData(
+            exc[:, k].copy(), inc[:, k].copy(), cnt[:, k].copy(), zeros, zeros, tree.metrics[m].rule
+        )
         for k, m in enumerate(names)
     }
-    return Tree(
+    out = Tree(
         tree.profile,
         out_parent,
         out_frame,
@@ -519,6 +678,8 @@ def invert(tree: Tree, primary: str, *, max_depth: int | None, min_value: float)
         np.full(len(out_parent), -1, dtype=np.int64),
         tree.frames,
     )
+    out.per_thread = False  # a frame's row adds up its time in every thread
+    return out
 
 
 def flat_rows(tree: Tree) -> list[dict]:
@@ -530,20 +691,27 @@ def flat_rows(tree: Tree) -> list[dict]:
     rows_by_frame: dict[int, dict] = {}
     present = np.zeros(top, dtype=bool)
     for md in tree.metrics.values():
-        present |= np.bincount(fr[1:], weights=np.abs(md.inc[1:]), minlength=top) > 0
+        weights = np.nan_to_num(np.abs(md.inc[1:]), nan=1.0)
+        present |= np.bincount(fr[1:], weights=weights, minlength=top) > 0
     sums = {}
     for m, md in tree.metrics.items():
-        exc = np.bincount(fr[1:], weights=md.exc[1:], minlength=top)
-        inc = np.bincount(fr[outer], weights=md.inc[outer], minlength=top)
         cnt = np.bincount(fr[1:], weights=md.count[1:], minlength=top)
+        if md.rule is Combine.STORED:
+            measured = md.measured if md.measured is not None else md.count > 0
+            below = _inclusive(tree.parent, measured.astype(np.float64)) > 0
+            exc = _combine_stored(fr[1:], md.exc[1:], measured[1:], top)
+            inc = _combine_stored(fr[outer], md.inc[outer], below[outer], top)
+        else:
+            exc = np.bincount(fr[1:], weights=md.exc[1:], minlength=top)
+            inc = np.bincount(fr[outer], weights=md.inc[outer], minlength=top)
         sums[m] = (exc, inc, cnt)
     for fid in np.nonzero(present)[0].tolist():
         rows_by_frame[fid] = {
             "frame": fid,
             "metrics": {
                 m: {
-                    "inclusive": float(inc[fid]),
-                    "exclusive": float(exc[fid]),
+                    "inclusive": number(inc[fid]),
+                    "exclusive": number(exc[fid]),
                     "count": int(cnt[fid]),
                 }
                 for m, (exc, inc, cnt) in sums.items()
@@ -618,7 +786,7 @@ def visible_nodes(
             continue
         kv = inc[kids]
         if min_value > 0:
-            kids = kids[kv >= min_value]
+            kids = kids[~(kv < min_value)]  # unknown values (NaN) are kept
         kids = kids[np.argsort(-inc[kids], kind="stable")]
         stack.extend((int(k), d + 1) for k in kids[::-1])
     return out
@@ -633,8 +801,8 @@ def text_tree(
     units: dict[str, str],
 ) -> list[str]:
     primary = metrics[0]
-    total = float(tree.metrics[primary].inc[0])
-    min_value = total * min_share / 100.0 if total > 0 else 0.0
+    total = tree.share_total(primary)
+    min_value = min_share_value(tree, primary, min_share)
     rows = []
     for node, d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
         cells = [format_share(tree.metrics[primary].inc[node], total)]
@@ -645,6 +813,15 @@ def text_tree(
         rows.append((cells, "  " * d + tree.label(node)))
     header = ["%"] + [f"{m} {part}" for m in metrics for part in ("incl", "excl")]
     return _columns(header, rows)
+
+
+def min_share_value(tree: Tree, metric: str, min_share: float) -> float:
+    """The value below which --min-share prunes: that share of the metric's whole, or for a
+    statistic that does not add up, of the root's value."""
+    total = tree.share_total(metric)
+    if total is None:
+        total = float(tree.metrics[metric].inc[0])
+    return total * min_share / 100.0 if total > 0 and min_share > 0 else 0.0
 
 
 def _columns(header: list[str], rows: list[tuple[list[str], str]]) -> list[str]:
@@ -666,11 +843,11 @@ def node_json(tree: Tree, node: int, metrics: list[str], node_id: int | None = N
     for m in metrics:
         md = tree.metrics[m]
         mdict[m] = {
-            "inclusive": float(md.inc[node]),
-            "exclusive": float(md.exc[node]),
+            "inclusive": number(md.inc[node]),
+            "exclusive": number(md.exc[node]),
             "count": int(md.count[node]),
-            "min": float(md.min[node]),
-            "max": float(md.max[node]),
+            "min": number(md.min[node]),
+            "max": number(md.max[node]),
         }
     origin = int(tree.origin[node])
     props = tree.profile.props.get(origin, {}) if origin >= 0 else {}
@@ -686,8 +863,7 @@ def node_json(tree: Tree, node: int, metrics: list[str], node_id: int | None = N
 
 def json_tree(tree: Tree, metrics: list[str], *, max_depth: int | None, min_share: float) -> dict:
     primary = metrics[0]
-    total = float(tree.metrics[primary].inc[0])
-    min_value = total * min_share / 100.0 if total > 0 and min_share > 0 else 0.0
+    min_value = min_share_value(tree, primary, min_share)
     built: dict[int, dict] = {}
     root = None
     for node, _d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
@@ -698,3 +874,69 @@ def json_tree(tree: Tree, metrics: list[str], *, max_depth: int | None, min_shar
         else:
             built[int(tree.parent[node])]["children"].append(j)
     return root
+
+
+def view(
+    tree: Tree,
+    *,
+    import_frames: bool = False,
+    hide_kinds: Iterable[str] = (),
+    exclude: str | None = None,
+    focus: str | None = None,
+) -> Tree:
+    """The top-down tree that report, export and the GUI show: frames of the kinds `hide_kinds`,
+    frames matching `exclude` and, unless `import_frames`, Python's import-system frames spliced
+    out; with `focus`, only the subtrees under frames matching it, merged."""
+    kinds = parse_kinds(hide_kinds)
+    match = frame_matches(compile_regex(exclude, "--exclude")) if exclude else None
+
+    def hidden(f: Frame) -> bool:
+        return (
+            f.kind in kinds
+            or (match is not None and match(f))
+            or (not import_frames and f.import_system())
+        )
+
+    hide = tree.frame_mask(hidden)
+    if not hide.any():
+        hide = None
+    focus_mask = None
+    if focus:
+        focus_mask = tree.frame_mask(frame_matches(compile_regex(focus, "--focus")))
+        if not focus_mask.any():
+            raise UserError(f"--focus {focus!r} matches no frame of {tree.profile.path}")
+    if hide is None and focus_mask is None:
+        return tree
+    return tree.transformed(hide=hide, focus=focus_mask)
+
+
+def combine_notes(tree: Tree, metrics: Iterable[str]) -> list[str]:
+    """What a reader of the view must know about how its metrics combine (reader.Combine)."""
+    notes = []
+    inputs = tree.profile.meta.get("merged_count", "several")
+    for m in metrics:
+        md = tree.metrics[m]
+        if md.rule is Combine.STORED:
+            notes.append(
+                f"{m} is a statistic across the {inputs} merged inputs, which does not add up: a "
+                f"row that combines several measured nodes (spliced import frames, merged paths, "
+                f"bottom-up and flat rows) reads {NOT_COMBINABLE}, and no % is shown"
+            )
+        elif md.rule is Combine.PER_THREAD:
+            elapsed = elapsed_ns(tree.profile.meta)
+            if elapsed is None:
+                notes.append(
+                    f"{m}: this profile does not record the elapsed time; its total adds up the "
+                    "threads' wall times"
+                )
+            elif tree.per_thread:
+                notes.append(
+                    f"{m}: the total is the elapsed time ({format_value(elapsed, 'ns')}); each "
+                    "[thread] node holds that thread's wall time; % is of the elapsed time"
+                )
+            else:
+                notes.append(
+                    f"{m}: rows add up the wall time of every thread they ran in, so they are no "
+                    f"share of the elapsed time ({format_value(elapsed, 'ns')}); no % is shown"
+                )
+    return notes

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <unordered_set>
 
@@ -177,6 +178,15 @@ double Query::idle(int n) const {
 double Query::denominator(const std::string &m) const {
   double t = total(m);
   if (m == "gpu_time") t += idle(0);
+  // The root's wall_time is the threads' wall times added up (threads x elapsed for threads that
+  // lived through the run): the whole of wall time is the run's elapsed time, where recorded.
+  if (m == "wall_time" && t > 0) {
+    if (const std::string *e = p_.meta_value("elapsed_ns")) {
+      char *end = nullptr;
+      const double elapsed = std::strtod(e->c_str(), &end);
+      if (end != e->c_str() && elapsed > 0) t = elapsed;
+    }
+  }
   return t;
 }
 

@@ -378,7 +378,7 @@ void threads(const Query &q, const Context &, std::vector<Finding> &out) {
     }
   }
   if (m.empty()) throw std::runtime_error("no time metric");
-  double total = q.total(m);
+  double total = q.denominator(m);  // for wall_time the elapsed time, not the threads' sum
   double over = 1.0 - static_cast<double>(*ncores) / static_cast<double>(demand);
   // The kernel's run-queue delay of the Python threads (the step's critical path): what the
   // over-subscription cost them, measured. Not exact either way: an intra-op region also waits for

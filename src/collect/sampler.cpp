@@ -27,6 +27,7 @@
 #include "collect/thread_origin.h"
 #include "context/python_stack.h"
 #include "context/thread_context.h"
+#include "deepcontext/monitor.h"
 #include "tree/cct.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
@@ -138,6 +139,10 @@ struct State {
   bool wait_noted = false;  // cpu_wait_source is in the run's metadata
   dctx_metric m_cpu, m_wall, m_samples, m_cycles, m_instr, m_wait;
   uint64_t last_wall = 0;
+  // When sampling started (CLOCK_MONOTONIC): the run's elapsed time, which the threads' wall
+  // times are parts of, is written as the meta key elapsed_ns on every write of the profile.
+  uint64_t start_wall = 0;
+  int flush_hook = 0;
   // The thread that started sampling and its CPU clock then: its first tick counts from there.
   unsigned long start_thread = 0;
   uint64_t start_cpu = 0;
@@ -469,6 +474,10 @@ void loop(State *s) {
   }
 }
 
+void record_elapsed(int /*final*/, void * /*user*/) {
+  if (g) tree().set_meta("elapsed_ns", std::to_string(now_ns(CLOCK_MONOTONIC) - g->start_wall));
+}
+
 }  // namespace
 
 void sampler_start(const SamplerOptions &opts) {
@@ -492,6 +501,8 @@ void sampler_start(const SamplerOptions &opts) {
   }
   g->start_thread = static_cast<unsigned long>(pthread_self());
   g->start_cpu = now_ns(CLOCK_THREAD_CPUTIME_ID);
+  g->start_wall = now_ns(CLOCK_MONOTONIC);
+  g->flush_hook = dctx_register_flush_hook(record_elapsed, nullptr);
   g->running = true;
   g->thread = std::thread(loop, g);
 }
@@ -508,6 +519,10 @@ void sampler_stop() {
   PyThreadState *save = has_gil ? PyEval_SaveThread() : nullptr;
   g->thread.join();
   if (save) PyEval_RestoreThread(save);
+  // after the last tick: every thread's wall time is within the elapsed time
+  dctx_unregister_flush_hook(g->flush_hook);
+  g->flush_hook = 0;
+  record_elapsed(1, nullptr);
   // The CPU time a Python thread used since its last sample (up to one interval) goes where that
   // sample went, as for a thread that exits between two ticks: without it a run's totals fall short
   // of the threads' CPU time by an interval per thread.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -288,3 +289,67 @@ def test_threads_without_python_are_sampled_under_the_worker_context(run_program
     assert pool_cpu > 0.2 * p.total("cpu_time")
     # The sampler's own thread and the checkpoint thread never appear.
     assert not any(n.frame.name.startswith("dctx-") for n in pool_nodes)
+
+
+WALL = """
+import queue, threading
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+jobs = queue.Queue()
+
+def feeder():  # idle: waits for the queue the whole run
+    jobs.get()
+
+t = threading.Thread(target=feeder, name="feeder")
+t.start()
+for _ in range(3):
+    spin(1_500_000)  # WORK
+jobs.put(None)
+t.join()
+"""
+
+
+def test_wall_time_total_is_the_elapsed_time_not_the_threads_sum(run_program):
+    _, out = run_program(WALL)
+    p = deepcontext.load(out)
+    elapsed = float(p.meta["elapsed_ns"])
+    threads = {n.frame.name: n for n in p.root.children if n.frame.kind == "thread"}
+    main, feeder = threads["MainThread"], threads["feeder"]
+    # Each thread's wall time is its own, a part of the run's elapsed time; the idle feeder's is
+    # about the main thread's, so the two add up to about twice the run.
+    for n in (main, feeder):
+        assert 0 < n.inclusive("wall_time") <= elapsed
+    assert main.inclusive("wall_time") + feeder.inclusive("wall_time") > 1.5 * elapsed
+    assert p.total("wall_time") == elapsed
+    r = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "report", str(out), "-m", "wall_time"]
+        + ["--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(r.stdout)
+    root = doc["tree"]
+    assert root["metrics"]["wall_time"]["inclusive"] == elapsed
+    assert doc["metrics"][0]["total"] == elapsed
+    shown = {c["frame"]["name"]: c for c in root["children"] if c["frame"]["kind"] == "thread"}
+    assert shown["feeder"]["metrics"]["wall_time"]["inclusive"] == feeder.inclusive("wall_time")
+    # The text report: the root is the elapsed time, and no row is more than 100 % of it.
+    text = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "report", str(out), "-m", "wall_time"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    shares = [
+        float(cells[0][:-1])
+        for cells in (line.split() for line in text.splitlines())
+        if cells and cells[0].endswith("%") and cells[0][:-1].replace(".", "").isdigit()
+    ]
+    assert shares and max(shares) <= 100.0, text
+    assert "the total is the elapsed time" in text

@@ -104,3 +104,16 @@ def job_profiles(workdir) -> list[Path]:
             procs = []
     wait_all(procs)
     return paths
+
+
+@pytest.fixture(scope="session")
+def work_profiles(workdir) -> dict[str, Path]:
+    """A torch program (start-up: `import torch`) before and after a change that made one of its
+    functions, `transform`, slower (same script path, so the same call paths)."""
+    pytest.importorskip("torch")
+    procs = [
+        profile_program(workdir, "work", "work-fast.dctx"),
+        profile_program(workdir, "work", "work-slow.dctx", {"INTEROP_SLOW": "1"}),
+    ]
+    wait_all(procs)
+    return {"fast": workdir / "work-fast.dctx", "slow": workdir / "work-slow.dctx"}

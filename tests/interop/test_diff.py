@@ -74,7 +74,7 @@ def test_import_system_frames_are_spliced_out_of_the_paths(dedupe_profiles, trai
     By default they are spliced out (as in `deepcontext report`), their time kept on the
     import line's path; with import_frames they are there."""
     a, b = load(dedupe_profiles["slow"]), load(train_profile)
-    spliced = diff_profiles(a, b, "cpu_time")
+    spliced = diff_profiles(a, b, "cpu_time", import_time=True)
     kept = diff_profiles(a, b, "cpu_time", import_frames=True)
     assert not [e for e in spliced.entries if any(f.import_system() for f in e.path)]
     assert [e for e in kept.entries if any(f.import_system() for f in e.path)]
@@ -91,3 +91,33 @@ def test_import_system_frames_are_spliced_out_of_the_paths(dedupe_profiles, trai
     r = cli("diff", dedupe_profiles["slow"], train_profile, "--format", "json", "--import-frames")
     files = {f["file"] for e in json.loads(r.stdout)["entries"] for f in e["path"]}
     assert any(f.startswith("<frozen importlib.") for f in files)
+
+
+def test_diff_ranks_the_work_not_the_start_up(work_profiles):
+    """Two runs of a torch program, one with `transform` made slower: importing torch varies by
+    more than that from run to run, yet the changed function comes first, as import time is left
+    out by default; --import-time puts it back."""
+    fast, slow = work_profiles["fast"], work_profiles["slow"]
+    doc = json.loads(cli("diff", fast, slow, "--format", "json").stdout)
+
+    def through(entry, name) -> bool:
+        return any(f["name"] == name for f in entry["path"])
+
+    assert through(doc["entries"][0], "transform") and doc["entries"][0]["delta_exclusive"] > 0
+    torch_init = [
+        e for e in doc["entries"] if any(f["file"].endswith("torch/__init__.py") for f in e["path"])
+    ]
+    assert not torch_init
+    left_out = doc["import_time_left_out"]
+    assert left_out["a"] > 0 and left_out["b"] > 0
+    a, b = load(fast), load(slow)
+    assert doc["total_a"] == a.total("cpu_time") - left_out["a"]
+    # with the import time: the torch import's paths are there, and the totals are the whole runs
+    full = json.loads(cli("diff", fast, slow, "--format", "json", "--import-time").stdout)
+    files = {f["file"] for e in full["entries"] for f in e["path"]}
+    assert any(f.endswith("torch/__init__.py") for f in files)
+    assert full["total_a"] == a.total("cpu_time") and full["total_b"] == b.total("cpu_time")
+    assert full["import_time_left_out"] == {"a": 0.0, "b": 0.0}
+    text = cli("diff", fast, slow).stdout.splitlines()
+    assert text[1].startswith("import time left out (--import-time): A ")
+    assert "transform" in text[4]  # the first row after the header

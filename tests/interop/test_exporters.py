@@ -5,6 +5,7 @@ Chromium), collapsed stacks, CSV."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import re
 import shutil
@@ -29,8 +30,10 @@ def profile(request, train_profile, dedupe_profiles) -> Path:
 
 
 def totals(path: Path) -> dict[str, float]:
+    """Each metric's values added up over the nodes (the root's inclusive value as stored; for
+    wall_time that is the threads' wall times added up, where Profile.total is the elapsed time)."""
     p = load(path)
-    return {m: p.total(m) for m in p.metrics}
+    return {m: p.inclusive(0, m) for m in p.metrics}
 
 
 def export(path: Path, fmt: str, *extra: str) -> Path:
@@ -51,7 +54,7 @@ def test_profiles_are_real(train_profile, dedupe_profiles):
 
 def test_hatchet_loads_with_our_totals(profile):
     ht = pytest.importorskip("hatchet")
-    out = export(profile, "hatchet")
+    out = export(profile, "hatchet", "--import-frames")  # every node of the profile
     gf = ht.GraphFrame.from_literal(json.loads(out.read_text()))
     df = gf.dataframe
     ours = totals(profile)
@@ -61,13 +64,16 @@ def test_hatchet_loads_with_our_totals(profile):
     assert len(roots) == 1 and roots[0].frame["name"] == "<root>"
     for m, total in ours.items():
         assert m in gf.exc_metrics and f"{m} (inc)" in gf.inc_metrics
-        assert df.loc[roots[0], f"{m} (inc)"] == total, m
+        # the root's inclusive value is ours: for wall_time the elapsed time
+        assert df.loc[roots[0], f"{m} (inc)"] == p.total(m), m
         assert df[m].sum() == pytest.approx(total, rel=1e-12, abs=1e-6), m
     # hatchet's own tree: the exclusive values of each top-level subtree it built add up to the
     # inclusive value we wrote for that subtree's root
     for top in [roots[0], *roots[0].children]:
         subtree = list(top.traverse())
         for m in ours:
+            if top is roots[0] and m == "wall_time":
+                continue  # the elapsed time, not the threads' wall times added up
             assert df.loc[subtree, m].sum() == pytest.approx(
                 df.loc[top, f"{m} (inc)"], rel=1e-12, abs=1e-6
             ), (m, top.frame["name"])
@@ -132,7 +138,8 @@ def test_pprof_opens_with_our_totals(profile):
     p = load(profile)
     checked = 0
     for m, total in totals(profile).items():
-        if total == 0:
+        # wall_time is left out: pprof would add the threads' wall times into a "total"
+        if total == 0 or m == "wall_time":
             continue
         shown, whole = _pprof_total(out, m, p.metrics[m].unit)
         assert whole == round(total), (m, whole, total)
@@ -146,8 +153,9 @@ def test_pprof_opens_with_our_totals(profile):
         text=True,
         timeout=120,
     )
-    hot = max(
-        (n for n in p.nodes() if n.frame.kind != "root"), key=lambda n: n.exclusive("cpu_time")
+    hot = max(  # import frames are spliced out of the export, as in the report
+        (n for n in p.nodes() if n.frame.kind != "root" and not n.frame.import_system()),
+        key=lambda n: n.exclusive("cpu_time"),
     )
     assert frame_label(hot.frame) in r.stdout
 
@@ -184,15 +192,32 @@ def test_speedscope_opens_with_our_totals(profile, node_packages):
     shown = _speedscope(node_packages, out)
     assert shown["errors"] == []
     assert shown["exporter"].startswith("speedscope@")
-    ours = totals(profile)
     names = [pr["name"] for pr in doc["profiles"]]
     assert [pr["name"] for pr in shown["profiles"]] == names
+    # a profile per metric and thread with values; each adds up to that thread's values
+    ours = _thread_totals(profile)
     assert set(names) == set(ours)
     for pr in shown["profiles"]:
-        assert pr["total"] == ours[pr["name"]], pr
+        assert pr["total"] == pytest.approx(ours[pr["name"]], rel=1e-12), pr
     # what speedscope shows: our file's name as its title, the first metric's profile first
     assert profile.name in shown["title"]
     assert f"{names[0]} (1/{len(names)})" in shown["toolbar"]
+
+
+def _thread_totals(path: Path) -> dict[str, float]:
+    """Per speedscope profile name (`metric [thread] name`): the metric's values in that thread,
+    import frames spliced out (their values stay in the thread), threads without values left out;
+    not the metrics a merged profile's statistics that do not add up."""
+    p = load(path)
+    out = {}
+    for m in p.metrics:
+        if m.rpartition(":")[2] in ("min", "max", "std", "imbalance"):
+            continue
+        for t in p.root.children:
+            v = sum(n.exclusive(m) for n in t.walk())
+            if v != 0:
+                out[f"{m} {frame_label(t.frame)}"] = v
+    return out
 
 
 def test_collapsed_sums_to_totals(profile):
@@ -215,22 +240,24 @@ def test_collapsed_sums_to_totals(profile):
         assert s == round(total), m
     # stacks are the report's labels, root first
     out = export(profile, "collapsed", "--metric", "cpu_time")
-    hot = max(
-        (n for n in p.nodes() if n.frame.kind != "root"), key=lambda n: n.exclusive("cpu_time")
+    hot = max(  # import frames are spliced out of the export, as in the report
+        (n for n in p.nodes() if n.frame.kind != "root" and not n.frame.import_system()),
+        key=lambda n: n.exclusive("cpu_time"),
     )
-    want = ";".join(frame_label(f).replace(";", ":") for f in hot.path())
+    want = ";".join(frame_label(f).replace(";", ":") for f in hot.path() if not f.import_system())
     assert any(line.startswith(want + " ") for line in out.read_text().splitlines())
 
 
 def test_csv_sums_to_totals(profile):
     ours = totals(profile)
-    out = export(profile, "csv")
+    out = export(profile, "csv", "--import-frames")  # every node of the profile
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(load(profile).node_parent)
+    p = load(profile)
+    assert len(rows) == len(p.node_parent)
     assert rows[0]["id"] == "0" and rows[0]["parent"] == ""
     for m, total in ours.items():
-        assert float(rows[0][f"{m}_inc"]) == total
+        assert float(rows[0][f"{m}_inc"]) == p.total(m)
         assert sum(float(r[f"{m}_exc"]) for r in rows) == pytest.approx(total, rel=1e-12, abs=1e-6)
 
 
@@ -242,3 +269,36 @@ def test_export_errors_are_one_line(dedupe_profiles, tmp_path):
     bad.write_text("not a profile")
     r = cli("export", bad, "--format", "hatchet", check=False)
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_exports_splice_import_frames_out_as_report_does(work_profiles):
+    """A torch program's start-up runs through hundreds of frames of Python's import system;
+    every export leaves them out as the report does (their values stay on the import line), and
+    keeps them with --import-frames."""
+    path = work_profiles["fast"]
+    kept_report = cli("report", path, "--format", "json", "--import-frames").stdout
+    assert "<frozen importlib." in kept_report
+    for fmt in ("collapsed", "csv", "hatchet", "speedscope", "pprof"):
+        spliced = export(path, fmt)
+        kept = export(path, fmt, "--import-frames")
+        read = gzip.decompress if fmt == "pprof" else (lambda b: b)
+        assert b"<frozen importlib." not in read(spliced.read_bytes()), fmt
+        assert b"<frozen importlib." in read(kept.read_bytes()), fmt
+    # the same values: the collapsed stacks add up to the same total either way
+    for extra in ((), ("--import-frames",)):
+        lines = export(path, "collapsed", *extra).read_text().splitlines()
+        assert sum(int(line.rpartition(" ")[2]) for line in lines) == round(
+            load(path).inclusive(0, "cpu_time")
+        )
+
+
+def test_speedscope_has_a_profile_per_thread_with_samples(work_profiles):
+    path = work_profiles["fast"]
+    doc = json.loads(export(path, "speedscope").read_text())
+    assert doc["profiles"] and all(pr["samples"] and pr["endValue"] != 0 for pr in doc["profiles"])
+    ours = _thread_totals(path)
+    assert {pr["name"] for pr in doc["profiles"]} == set(ours)
+    for pr in doc["profiles"]:
+        assert sum(pr["weights"]) == pytest.approx(ours[pr["name"]], rel=1e-12)
+    # the main metric's largest thread first (what speedscope opens)
+    assert doc["profiles"][0]["name"] == "cpu_time [thread] MainThread"

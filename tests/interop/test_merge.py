@@ -5,6 +5,7 @@ visible, the inputs' metadata is kept."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -221,7 +222,7 @@ def test_merge_errors(job_profiles, tmp_path):
 @pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed (go tool pprof)")
 def test_merged_profile_exports(merged, tmp_path):
     """pprof of a merged profile: the sums and means (which add up the tree), not min, max, std
-    or imbalance (which do not) unless asked for; the sums' totals as in the merged profile."""
+    or imbalance (which do not); the sums' totals as in the merged profile."""
     out, _ = merged
     pb = tmp_path / "job.pb.gz"
     cli("export", out, "--format", "pprof", "-o", pb)
@@ -240,4 +241,127 @@ def test_merged_profile_exports(merged, tmp_path):
         timeout=120,
     )
     assert f"of {round(load(out).total('cpu_time'))}ns total" in r.stdout
-    cli("export", out, "--format", "pprof", "-m", "cpu_time:imbalance", "-o", tmp_path / "i.pb.gz")
+    # asked for, a statistic that does not add up is refused, not summed by pprof into nonsense
+    r = cli("export", out, "-f", "pprof", "-m", "cpu_time:imbalance", "-o", pb, check=False)
+    assert r.returncode != 0 and "does not add up" in r.stderr and "Traceback" not in r.stderr
+
+
+STATS = ("mean", "min", "max", "std", "imbalance")
+
+
+def _truth(values: list[float]) -> dict[str, float]:
+    """The statistics across inputs of one value (as `deepcontext merge` defines them)."""
+    v = np.array(values)
+    mean = v.mean()
+    return {
+        "mean": mean,
+        "min": v.min(),
+        "max": v.max(),
+        "std": v.std(),
+        "imbalance": v.max() / mean if mean > 0 else 0.0,
+    }
+
+
+def _view_values(path: Path, metric: str, import_frames: bool) -> dict[tuple, list[float]]:
+    """Per call path of the report's view of one input (frames from the root, import-system
+    frames spliced out unless `import_frames`): [inclusive, exclusive] of `metric`, the nodes of
+    the path added up; a spliced frame's exclusive value goes to its parent's path."""
+    p = load(path)
+    key = {0: ()}
+    out: dict[tuple, list[float]] = {(): [p.inclusive(0, metric), 0.0]}
+    for n in range(1, len(p.node_parent)):
+        f = p.frames[p.node_frame[n]]
+        up = key[p.node_parent[n]]
+        if not import_frames and f.import_system():
+            key[n] = up
+            out[up][1] += p.exclusive(n, metric)
+            continue
+        key[n] = (*up, (f.kind, f.name, f.file, f.line, f.module))
+        v = out.setdefault(key[n], [0.0, 0.0])
+        v[0] += p.inclusive(n, metric)
+        v[1] += p.exclusive(n, metric)
+    return out
+
+
+@pytest.fixture(scope="module")
+def work_merged(work_profiles, tmp_path_factory) -> Path:
+    """Two runs of a torch program (its start-up imports hundreds of modules) merged."""
+    out = tmp_path_factory.mktemp("merged") / "work.dctx"
+    cli("merge", work_profiles["fast"], work_profiles["slow"], "-o", out)
+    return out
+
+
+@pytest.mark.parametrize("import_frames", [False, True])
+def test_report_of_a_merge_shows_the_true_statistics(work_profiles, work_merged, import_frames):
+    """Every statistic the report shows of a merged profile is the statistic across the inputs
+    of that row's values (computed here from the inputs themselves), or n/a (null) where the
+    stored statistics do not determine it; never a re-summed maximum or imbalance. With the
+    import frames every node is a stored one: nothing is n/a."""
+    inputs = [work_profiles["fast"], work_profiles["slow"]]
+    per_input = [_view_values(p, "cpu_time", import_frames) for p in inputs]
+    metrics = ",".join(f"cpu_time:{s}" for s in STATS)
+    extra = ["--import-frames"] if import_frames else []
+    doc = json.loads(cli("report", work_merged, "--format", "json", "-m", metrics, *extra).stdout)
+    assert [m["total"] for m in doc["metrics"]] == [
+        doc["tree"]["metrics"]["cpu_time:mean"]["inclusive"],
+        None,
+        None,
+        None,
+        None,
+    ]
+    checked = unknown = 0
+    stack = [(doc["tree"], ())]
+    while stack:
+        node, key = stack.pop()
+        for c in node["children"]:
+            f = c["frame"]
+            stack.append((c, (*key, (f["kind"], f["name"], f["file"], f["line"], f["module"]))))
+        inc = _truth([v.get(key, [0.0, 0.0])[0] for v in per_input])
+        exc = _truth([v.get(key, [0.0, 0.0])[1] for v in per_input])
+        for s in STATS:
+            shown = node["metrics"][f"cpu_time:{s}"]
+            for part, want in (("inclusive", inc[s]), ("exclusive", exc[s])):
+                if shown[part] is None:
+                    unknown += 1
+                else:
+                    assert shown[part] == pytest.approx(want, rel=1e-9, abs=1e-6), (key, s, part)
+                    checked += 1
+    assert checked > 1000
+    if import_frames:
+        assert unknown == 0
+    root = doc["tree"]["metrics"]
+    totals = [load(p).total("cpu_time") for p in inputs]
+    assert root["cpu_time:max"]["inclusive"] == max(totals)
+    assert root["cpu_time:imbalance"]["inclusive"] == pytest.approx(
+        max(totals) / np.mean(totals), rel=1e-12
+    )
+    # the flat view: per frame, the statistic of the inputs' values of that frame
+    flat = json.loads(
+        cli(
+            "report", work_merged, "--format", "json", "--view", "flat", "-m", metrics, *extra
+        ).stdout
+    )["rows"]
+    flat_checked = 0
+    for row in flat:
+        f = row["frame"]
+        frame = (f["kind"], f["name"], f["file"], f["line"], f["module"])
+        exc = [sum(v[1] for k, v in vi.items() if k and k[-1] == frame) for vi in per_input]
+        inc = [
+            sum(v[0] for k, v in vi.items() if k and k[-1] == frame and frame not in k[:-1])
+            for vi in per_input
+        ]
+        for s in STATS:
+            shown = row["metrics"][f"cpu_time:{s}"]
+            for part, want in (("inclusive", _truth(inc)[s]), ("exclusive", _truth(exc)[s])):
+                if shown[part] is not None:
+                    assert shown[part] == pytest.approx(want, rel=1e-9, abs=1e-6), (frame, s)
+                    flat_checked += 1
+    assert flat_checked > 100
+    # the text report: no % for the statistics that do not add up, n/a where unknown
+    text = cli("report", work_merged, "-m", "cpu_time:max,cpu_time", *extra).stdout
+    rows = [line.split() for line in text.splitlines() if line.startswith(("-", " "))]
+    assert rows and all(r[0] == "-" for r in rows[1:]), text
+    assert any("n/a" in r for r in rows) == (not import_frames)
+    shares = cli("report", work_merged, "-m", "cpu_time", *extra).stdout
+    pct = [float(m.group(1)) for m in re.finditer(r"^\s*([\d.]+)%", shares, re.MULTILINE)]
+    assert pct and max(pct) <= 100.0

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ..reader import Frame, Node, Profile
+from ..reader import Frame, Node, Profile, elapsed_ns
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -218,10 +218,13 @@ class Query:
         """The total a finding's share is taken of. For gpu_time: the kernels' time plus the
         launch-overhead idle between them (the device timeline the program's kernels occupy), so
         a saving in idle time and one in kernel time are fractions of the same whole; for other
-        metrics their profile total."""
+        metrics their profile total, but for wall_time the run's elapsed time (its root adds up the
+        threads' wall times; the C++ engine's Query::denominator does the same)."""
         t = self.total(metric)
         if metric == "gpu_time":
             t += self.idle(0)
+        if metric == "wall_time" and t > 0:
+            t = elapsed_ns(self.profile.meta) or t
         return t
 
     # -- navigation ---------------------------------------------------------------------------

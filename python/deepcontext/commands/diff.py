@@ -29,7 +29,14 @@ def register(subparsers) -> None:
     p.add_argument(
         "--import-frames",
         action="store_true",
-        help="keep the frames of Python's import system in the paths (spliced out by default)",
+        help="keep the frames of Python's import system in the paths (spliced out by default); "
+        "implies --import-time",
+    )
+    p.add_argument(
+        "--import-time",
+        action="store_true",
+        help="include the time spent importing modules (start-up), left out by default so that "
+        "the ranking is of changes in the program's work",
     )
     p.set_defaults(func=main)
 
@@ -40,7 +47,9 @@ def main(args) -> int:
     from ..render import format_value, frame_dict, frame_label
 
     a, b = load(args.a), load(args.b)
-    res = diff_profiles(a, b, args.metric, import_frames=args.import_frames)
+    res = diff_profiles(
+        a, b, args.metric, import_frames=args.import_frames, import_time=args.import_time
+    )
     if args.min_share > 0:
         cut = max(abs(res.total_a), abs(res.total_b)) * args.min_share / 100.0
         res.entries = [
@@ -55,6 +64,7 @@ def main(args) -> int:
             "metric": {"name": res.metric, "unit": res.unit},
             "total_a": res.total_a,
             "total_b": res.total_b,
+            "import_time_left_out": {"a": res.import_a, "b": res.import_b},
             "entries": [
                 {
                     "status": e.status,
@@ -86,6 +96,11 @@ def main(args) -> int:
         f"{res.metric}: A {format_value(res.total_a, unit)} -> B {format_value(res.total_b, unit)}"
         f", {fv(total_change)}{rel}; {len(res.entries)} paths changed"
     )
+    if res.import_a or res.import_b:
+        print(
+            f"import time left out (--import-time): A {format_value(res.import_a, unit)}, "
+            f"B {format_value(res.import_b, unit)}"
+        )
     print()
     rows = []
     for e in res.entries[: args.limit]:

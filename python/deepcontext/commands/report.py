@@ -6,22 +6,24 @@ import contextlib
 import json
 import sys
 
+import numpy as np
+
 from ..errors import UserError
 from ..render import (
     ProfileInfo,
     Tree,
-    compile_regex,
+    combine_notes,
     flat_rows,
     format_share,
     format_value,
     frame_dict,
     frame_label,
-    frame_matches,
     invert,
     json_tree,
     load_tree,
-    parse_kinds,
+    min_share_value,
     text_tree,
+    view,
 )
 
 VIEWS = ("top-down", "bottom-up", "flat")
@@ -99,29 +101,13 @@ def _metrics(args, profile) -> list[str]:
 
 def build_view(tree: Tree, args) -> Tree:
     """The top-down tree after --focus, --hide, --exclude and --import-frames."""
-    profile = tree.profile
-    kinds = parse_kinds(args.hide)
-    pat = compile_regex(args.exclude, "--exclude") if args.exclude else None
-    match = frame_matches(pat) if pat else None
-
-    def hidden(f) -> bool:
-        return (
-            f.kind in kinds
-            or (match is not None and match(f))
-            or (not args.import_frames and f.import_system())
-        )
-
-    hide = tree.frame_mask(hidden)
-    if not hide.any():
-        hide = None
-    focus = None
-    if args.focus:
-        focus = tree.frame_mask(frame_matches(compile_regex(args.focus, "--focus")))
-        if not focus.any():
-            raise UserError(f"--focus {args.focus!r} matches no frame of {profile.path}")
-    if hide is not None or focus is not None:
-        tree = tree.transformed(hide=hide, focus=focus)
-    return tree
+    return view(
+        tree,
+        import_frames=args.import_frames,
+        hide_kinds=args.hide,
+        exclude=args.exclude,
+        focus=args.focus,
+    )
 
 
 def main(args) -> int:
@@ -137,24 +123,29 @@ def main(args) -> int:
         min_share = 1.0 if args.format == "text" else 0.0
     tree = build_view(tree, args)
     primary = metrics[0]
-    total = float(tree.metrics[primary].inc[0])
     if args.view == "bottom-up":
         tree = invert(
-            tree,
-            primary,
-            max_depth=args.depth,
-            min_value=total * min_share / 100.0 if min_share > 0 else 0.0,
+            tree, primary, max_depth=args.depth, min_value=min_share_value(tree, primary, min_share)
         )
+    if args.view == "flat":
+        tree.per_thread = False  # a frame's row adds up its time in every thread
+    total = tree.share_total(primary)
+    min_value = min_share_value(tree, primary, min_share)
     if args.format == "json":
         doc = {
             "format": "deepcontext-report",
             "version": 1,
             "view": args.view,
             "meta": profile.meta,
-            "metrics": [{"name": m, "unit": units[m]} for m in metrics],
+            "metrics": [
+                {"name": m, "unit": units[m], "combine": tree.metrics[m].rule.value, "total": t}
+                for m in metrics
+                for t in [tree.share_total(m)]
+            ],
+            "notes": combine_notes(tree, metrics),
         }
         if args.view == "flat":
-            doc["rows"] = _flat_json(tree, metrics, total, min_share, args.limit)
+            doc["rows"] = _flat_json(tree, metrics, min_value, args.limit)
         else:
             doc["tree"] = json_tree(tree, metrics, max_depth=args.depth, min_share=min_share)
         # json's encoder recurses once per level: deep call paths (recursion) need room
@@ -168,7 +159,7 @@ def main(args) -> int:
     else:
         lines = _header(profile, tree, metrics, units, args.view)
         if args.view == "flat":
-            lines += _flat_text(tree, metrics, units, total, min_share, args.limit)
+            lines += _flat_text(tree, metrics, units, total, min_value, args.limit)
         else:
             lines += text_tree(
                 tree, metrics, max_depth=args.depth, min_share=min_share, units=units
@@ -221,41 +212,42 @@ def _header(profile, tree, metrics, units, view) -> list[str]:
         f"{m} {format_value(float(tree.metrics[m].inc[0]), units[m])}" for m in metrics
     )
     lines = [f"{profile.path}: {cmd}" if cmd else profile.path, f"{view}; total {totals}"]
-    for note in profile.notes:
+    for note in profile.notes + combine_notes(tree, metrics):
         lines.append(f"note: {note}")
     lines.append("")
     return lines
 
 
-def _flat_selected(tree, metrics, total, min_share, limit):
+def _flat_selected(tree, metrics, min_value, limit):
     primary = metrics[0]
     rows = flat_rows(tree)
-    rows.sort(
-        key=lambda r: (-r["metrics"][primary]["exclusive"], -r["metrics"][primary]["inclusive"])
-    )
-    if min_share > 0 and total > 0:
-        cut = total * min_share / 100.0
-        rows = [
-            r
-            for r in rows
-            if max(r["metrics"][primary]["exclusive"], r["metrics"][primary]["inclusive"]) >= cut
-        ]
+
+    def values(r) -> tuple[float, float]:  # unknown values (None) sort as the largest
+        pm = r["metrics"][primary]
+        return tuple(  # type: ignore[return-value]
+            np.inf if pm[k] is None else pm[k] for k in ("exclusive", "inclusive")
+        )
+
+    rows.sort(key=lambda r: tuple(-v for v in values(r)))
+    if min_value > 0:
+        rows = [r for r in rows if max(values(r)) >= min_value]
     if limit is not None:
         rows = rows[:limit]
     return rows
 
 
-def _flat_text(tree, metrics, units, total, min_share, limit) -> list[str]:
-    rows = _flat_selected(tree, metrics, total, min_share, 50 if limit is None else limit)
+def _flat_text(tree, metrics, units, total, min_value, limit) -> list[str]:
+    rows = _flat_selected(tree, metrics, min_value, 50 if limit is None else limit)
     primary = metrics[0]
     header = ["excl %", "incl %"] + [f"{m} {p}" for m in metrics for p in ("excl", "incl")]
     table = []
     for r in rows:
         pm = r["metrics"][primary]
-        cells = [format_share(pm["exclusive"], total), format_share(pm["inclusive"], total)]
+        cells = [format_share(_nan(pm["exclusive"]), total)]
+        cells.append(format_share(_nan(pm["inclusive"]), total))
         for m in metrics:
-            cells.append(format_value(r["metrics"][m]["exclusive"], units[m]))
-            cells.append(format_value(r["metrics"][m]["inclusive"], units[m]))
+            cells.append(format_value(_nan(r["metrics"][m]["exclusive"]), units[m]))
+            cells.append(format_value(_nan(r["metrics"][m]["inclusive"]), units[m]))
         table.append((cells, frame_label(tree.frames[r["frame"]])))
     widths = [len(h) for h in header]
     for cells, _ in table:
@@ -268,9 +260,13 @@ def _flat_text(tree, metrics, units, total, min_share, limit) -> list[str]:
     return lines
 
 
-def _flat_json(tree, metrics, total, min_share, limit) -> list[dict]:
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
+def _flat_json(tree, metrics, min_value, limit) -> list[dict]:
     out = []
-    for r in _flat_selected(tree, metrics, total, min_share, limit):
+    for r in _flat_selected(tree, metrics, min_value, limit):
         f = tree.frames[r["frame"]]
         out.append({"frame": frame_dict(f), "label": frame_label(f), "metrics": r["metrics"]})
     return out

@@ -108,12 +108,19 @@ def document(tree: Tree) -> dict:
     threads: set[int] = set()
     streams: set[tuple[int, int]] = set()
     tracks: dict[tuple[int, int], _Track] = {}
+    # the events name nodes of the profile; the tree may be a view of it (import frames spliced
+    # out): an event's name and path are those of its node in the view
+    node_map = tree.node_map
+    size = len(parent) if node_map is None else len(node_map)
     for step, kind, node, start, end, tid, device, stream in events:
-        if not 0 <= node < len(parent):
+        if not 0 <= node < size:
+            continue
+        shown = node if node_map is None else int(node_map[node])
+        if shown < 0:
             continue
         gpu = device >= 0
         end = max(end, start)
-        args = {"step": step, "node": node, "path": path(node)}
+        args = {"step": step, "node": node, "path": path(shown)}
         for key in _KERNEL_PROPS:
             value = info.props.get(node, {}).get(key)
             if value is not None:
@@ -121,7 +128,7 @@ def document(tree: Tree) -> dict:
         p, t = (GPU_PID_BASE + device, stream) if gpu else (pid, tid)
         lane = tracks.setdefault((p, t), _Track()).lane(start, end)
         ev = {
-            "name": label(node),
+            "name": label(shown),
             "cat": FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}",
             "ph": "X",
             "ts": _us(start - t0),
@@ -218,7 +225,6 @@ def _metadata(
         out.append(m("thread_name", p, tid, title))
     for (p, tid, lane), lane_tid in sorted(lane_tids.items()):
         out.append(m("thread_name", p, lane_tid, f"{titles[(p, tid)]} (overlapping, {lane})"))
-    return out
     return out
 
 

@@ -1,5 +1,6 @@
 """One CSV row per node: id, parent, depth, frame fields, the report's label, and per metric
-`<metric>_inc` and `<metric>_exc`."""
+`<metric>_inc` and `<metric>_exc` (empty where the view cannot derive the value: a merge
+statistic of spliced or merged nodes, see reader.Combine)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def export(tree: Tree, metrics: list[str], out: io.BufferedIOBase) -> None:
                 f.module,
                 tree.label(node),
             ]
-            + [repr(c[node]) for c in cols]
+            + ["" if c[node] != c[node] else repr(c[node]) for c in cols]  # n/a: empty
         )
     text.flush()
     text.detach()

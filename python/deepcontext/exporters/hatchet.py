@@ -3,7 +3,8 @@ with a frame and, per metric M, `M` (exclusive) and `M (inc)` (inclusive). The r
 node named `<root>` so hatchet's totals equal ours. The frame carries the report's label as its
 name, the frame kind as its type, and the source file, line and module where known.
 
-The nesting is as deep as the deepest call path; the text is written without recursion, so any
+A value that the view cannot derive (a merge statistic of spliced or merged nodes, see
+reader.Combine) is null. The nesting is as deep as the deepest call path; the text is written without recursion, so any
 depth exports (reading a very deep tree back may need a higher `sys.setrecursionlimit`, as
 Python's json module and hatchet's reader recurse per level).
 """
@@ -15,7 +16,7 @@ import json
 
 import numpy as np
 
-from ..render import Tree
+from ..render import Tree, number
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -51,7 +52,7 @@ def chunks(tree: Tree, metrics: list[str]):
     stack: list[list[int]] = []
 
     def opening(node: int) -> str:
-        vals = {name: float(col[node]) for name, col in cols}
+        vals = {name: number(col[node]) for name, col in cols}  # n/a: null
         return (
             '{"frame":'
             + _encode(_frame(tree, node))

@@ -1,6 +1,8 @@
 """speedscope's file format (its JSON schema, "sampled" profiles): shared frames named as in the
-report, one profile per metric whose samples are the call paths with an exclusive value (root
-first) weighted by that value."""
+report; per metric, one profile per thread that has values (a thread is what speedscope shows as a
+profile, and wall time adds up along one thread only), whose samples are the call paths with an
+exclusive value (the thread frame first) weighted by that value. Values measured outside any
+thread go to a profile named by the metric alone."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import io
 import json
 import os
 
+import numpy as np
+
+from ..errors import UserError
 from ..render import Tree, frame_label
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -28,25 +33,41 @@ def document(tree: Tree, metrics: list[str], name: str) -> dict:
         if f.line:
             entry["line"] = f.line
         frames.append(entry)
+    # each node's thread: its ancestor among the root's children, when that is a thread frame
+    thread = [0] * len(tree)
     stacks: dict[int, list[int]] = {0: []}
     for node in range(1, len(tree)):
-        stacks[node] = stacks[parent[node]] + [frame_index[frame[node]]]
+        p = parent[node]
+        top = p == 0 and tree.frames[frame[node]].kind == "thread"
+        thread[node] = node if top else thread[p]
+        stacks[node] = stacks[p] + [frame_index[frame[node]]]
+    threads = np.asarray(thread, dtype=np.int64)
     profiles = []
     for m in metrics:
         exc = tree.metrics[m].exc
-        nodes = [n for n in range(len(tree)) if exc[n] != 0]
-        weights = [float(exc[n]) for n in nodes]
         unit = UNITS.get(tree.profile.metrics[m].unit, "none")
-        profiles.append(
-            {
-                "type": "sampled",
-                "name": m,
-                "unit": unit,
-                "startValue": 0,
-                "endValue": float(sum(weights)),
-                "samples": [stacks[n] for n in nodes],
-                "weights": weights,
-            }
+        measured = np.flatnonzero(exc != 0)
+        per_thread: dict[int, list[int]] = {}
+        for node in measured.tolist():
+            per_thread.setdefault(thread[node], []).append(node)
+        order = sorted(per_thread, key=lambda t: -float(exc[threads == t].sum()))
+        for t in order:
+            nodes = per_thread[t]
+            weights = [float(exc[n]) for n in nodes]
+            profiles.append(
+                {
+                    "type": "sampled",
+                    "name": f"{m} {tree.label(t)}" if t else m,
+                    "unit": unit,
+                    "startValue": 0,
+                    "endValue": float(sum(weights)),
+                    "samples": [stacks[n] for n in nodes],
+                    "weights": weights,
+                }
+            )
+    if not profiles:
+        raise UserError(
+            f"{tree.profile.path}: no values of {', '.join(metrics)} to export to speedscope"
         )
     return {
         "$schema": SCHEMA,

@@ -67,7 +67,9 @@ fi
 
 if want tests; then
   t0=$SECONDS
-  (cd /tmp && timeout "${TESTS_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider "$root/tests/gpu" ${TESTS_ARGS:-} 2>&1) | tee "$out/tests.log" | tail -25
+  # TESTS_ARGS is parsed as shell words, so -k 'a or b' stays one expression.
+  eval "tests_args=(${TESTS_ARGS:-})"
+  (cd /tmp && timeout "${TESTS_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider "$root/tests/gpu" "${tests_args[@]}" 2>&1) | tee "$out/tests.log" | tail -25
   row tests "$( [ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "$(grep -E 'passed|failed' "$out/tests.log" | tail -1)"
 fi
 

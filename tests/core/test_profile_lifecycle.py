@@ -62,8 +62,10 @@ faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test's stack dump
 # A test run started in the background (`cmd &` in a script) passes SIGINT down ignored, and Python
 # then keeps it ignored; this program wants Ctrl-C's KeyboardInterrupt wherever it runs.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-print("ready", flush=True)
 x = 0
+while time.process_time() < 0.3:  # CPU time of its own, however loaded the machine
+    x += 1
+print("ready", flush=True)
 while True:
     x += 1
 """

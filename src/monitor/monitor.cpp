@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -84,8 +85,10 @@ std::string write_now(bool final) {
 void checkpoint_loop(Session *s) {
   pthread_setname_np(pthread_self(), "dctx-checkpoint");
   std::unique_lock lock(s->cv_mu);
+  double seconds = std::min(s->opts.first_checkpoint_s, s->opts.checkpoint_s);
   while (!s->stop_checkpoint) {
-    auto period = std::chrono::milliseconds(static_cast<int64_t>(s->opts.checkpoint_s * 1000));
+    auto period = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    seconds = s->opts.checkpoint_s;
     if (s->cv.wait_for(lock, period, [&] { return s->stop_checkpoint; })) break;
     lock.unlock();
     std::string err = write_now(false);

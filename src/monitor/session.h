@@ -14,6 +14,9 @@ struct SessionOptions {
   bool sample = true;
   SamplerOptions sampler;
   double checkpoint_s = 60;
+  // The first checkpoint comes this early (if checkpoint_s is longer), so that a program killed
+  // in its first minute still leaves a (partial) profile.
+  double first_checkpoint_s = 5;
 };
 
 // Each returns "" on success or a one-line error.

@@ -45,7 +45,8 @@ def register(subparsers) -> None:
         type=float,
         default=60.0,
         metavar="S",
-        help="write a checkpoint every S seconds (0: never; default 60)",
+        help="write a checkpoint (a partial profile, kept if the program is killed) 5 s after "
+        "the start, then every S seconds (0: never; default 60)",
     )
     p.add_argument(
         "--fork-children",

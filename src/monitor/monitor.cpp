@@ -120,7 +120,7 @@ std::string session_start(const SessionOptions &opts) {
 
 std::string session_flush() { return write_now(false); }
 
-std::string session_stop() {
+std::string session_stop(bool write) {
   if (!g_active.load() || !g_session) return "profiling is not active";
   Session *s = g_session;
   sampler_stop();
@@ -135,9 +135,15 @@ std::string session_stop() {
     s->checkpoint.join();
     if (save) PyEval_RestoreThread(save);
   }
-  std::string err = write_now(true);
+  std::string err = write ? write_now(true) : "";
   g_active.store(false);
   return err;
+}
+
+std::string session_write_final_to(const std::string &path) {
+  if (!g_session || g_active.load()) return "no stopped session to write";
+  g_session->opts.output = path;
+  return write_now(true);
 }
 
 void session_after_fork_child() {

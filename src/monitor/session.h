@@ -22,7 +22,10 @@ struct SessionOptions {
 // Each returns "" on success or a one-line error.
 std::string session_start(const SessionOptions &opts);
 std::string session_flush();
-std::string session_stop();
+// Stops the session; writes the final profile unless `write` is false (the run never started).
+std::string session_stop(bool write = true);
+// After session_stop failed to write: the final profile to another path.
+std::string session_write_final_to(const std::string &path);
 void session_after_fork_child();
 const std::string &session_output();
 

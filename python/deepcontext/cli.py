@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (UserError, ProfileError) as exc:
         print(f"deepcontext: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "status", 2)
     except BrokenPipeError:
         return 0
 

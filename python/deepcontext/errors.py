@@ -6,7 +6,12 @@ class ProfileError(Exception):
 
 
 class UserError(Exception):
-    """Bad input from the user: unknown option, metric, file; printed as one line."""
+    """Bad input from the user: unknown option, metric, file; printed as one line. The exit
+    status is 2 unless given (`deepcontext run` mirrors python's 1 for a missing module)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 __all__ = ["ProfileError", "UserError"]

@@ -3,7 +3,11 @@
 `start()` starts the native core (sampler, checkpoint thread), then activates the framework and GPU
 integrations (deepcontext.torch_support, .gpu, .jax_support: each defers its work until its
 framework is imported). The final profile is written by `stop()`, which also runs at interpreter
-exit, on SIGTERM (then the signal's default action resumes) and for a forked child that profiles.
+exit and on SIGTERM (then the signal's default action resumes). A forked child that profiles
+(fork_children="profile") writes its own at those points and at os._exit(), the way every
+multiprocessing child leaves. If the output cannot be written at the end, the profile goes to the
+same name in the current directory or the temp directory instead. os._exit() in the profiled
+process itself, a crash or SIGKILL leave the last checkpoint (complete=0; the first after 5 s).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import platform
 import signal
 import socket
 import sys
+import tempfile
 import threading
 
 # step_sampling last: it drives the torch and GPU layers, and stops first (its weights and metadata
@@ -25,6 +30,8 @@ INTEGRATIONS = ("torch_support", "gpu", "jax_support", "timeline", "step_samplin
 _state: dict | None = None
 _atexit_registered = False
 _fork_registered = False
+_stopping = False  # stop() is running
+_pending_signal = 0  # SIGTERM that came while it ran
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -125,13 +132,25 @@ def start(output: str | None = None, **options) -> str:
     return output
 
 
-def stop() -> str | None:
-    """Write the final profile and stop; returns its path (None if not profiling)."""
-    global _state
+def stop(write: bool = True) -> str | None:
+    """Write the final profile and stop; returns its path (None if not profiling or not `write`).
+    If the output cannot be written, the profile goes to a fallback path (said on stderr, which is
+    returned); RuntimeError if that fails too."""
+    global _state, _stopping
     core = _core()
     if _state is None or not core.is_active():
         return None
     state, _state = _state, None
+    _stopping = True
+    try:
+        return _finish(core, state, write)
+    finally:
+        _stopping = False
+        if _pending_signal:  # a SIGTERM waited for the profile
+            _end_by(_pending_signal)
+
+
+def _finish(core, state: dict, write: bool) -> str | None:
     for module in reversed(state["integrations"]):
         try:
             module.deactivate()
@@ -139,8 +158,41 @@ def stop() -> str | None:
             core.note(f"{module.__name__}: deactivate failed: {exc}")
     for k, v in _versions().items():
         core.set_meta(k, v)
-    core.stop()
-    return state["options"]["output"]
+    output = state["options"]["output"]
+    try:
+        core.stop(write=write)
+        return output if write else None
+    except RuntimeError as exc:
+        failure = str(exc)
+    tried = []
+    for path in _fallback_paths(output):
+        try:
+            core.write_final_to(path)
+        except RuntimeError:
+            tried.append(path)
+            continue
+        print(
+            f"deepcontext: could not write {output} ({failure}); wrote {path} instead",
+            file=sys.stderr,
+        )
+        return path
+    also = f", nor {' or '.join(tried)}" if tried else ""
+    raise RuntimeError(f"could not write the profile {output} ({failure}){also}")
+
+
+def _fallback_paths(output: str) -> list[str]:
+    """Where the profile goes when its output cannot be written: the same name in the current
+    directory, else in the temp directory; never over an existing file."""
+    name = os.path.basename(output)
+    paths = []
+    for folder in (os.getcwd, tempfile.gettempdir):
+        try:
+            path = os.path.join(folder(), name)
+        except OSError:  # the current directory was removed
+            continue
+        if path != output and path not in paths and not os.path.exists(path):
+            paths.append(path)
+    return paths
 
 
 def mark_step() -> None:
@@ -171,11 +223,21 @@ def _stop_quietly() -> None:
     try:
         stop()
     except Exception as exc:
-        print(f"deepcontext: error: could not write the profile: {exc}", file=sys.stderr)
+        print(f"deepcontext: error: {exc}", file=sys.stderr)
 
 
 def _on_sigterm(signum, frame):
+    global _pending_signal
+    if _stopping:
+        # It interrupts stop() (a multiprocessing worker that was ending when Pool.terminate()
+        # came): the profile is written first, then stop() ends the process by this signal.
+        _pending_signal = signum
+        return
     _stop_quietly()
+    _end_by(signum)
+
+
+def _end_by(signum: int) -> None:
     # Resume the default action so the program ends exactly as it would have without us.
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
@@ -204,3 +266,16 @@ def _after_fork_child() -> None:
         child = {k: v for k, v in opts.items() if k != "output"}
         core.clear_metrics()
         start(f"{stem}.{os.getpid()}{ext or '.dctx'}", **child)
+        os._exit = _os_exit_writing_profile
+
+
+_os_exit = os._exit
+
+
+def _os_exit_writing_profile(status: int) -> None:
+    """os._exit in a forked child that profiles: multiprocessing's children (Process, Pool and
+    DataLoader workers) all leave through it, where atexit does not run."""
+    try:
+        _stop_quietly()
+    finally:
+        _os_exit(status)

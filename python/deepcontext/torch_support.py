@@ -243,7 +243,6 @@ def _on_torch_imported() -> None:
             _install_module_hooks(lib)
         if flags & FLAG_MEMORY:
             _patch_torch_profiler(lib)
-        _register_worker_exit()
         _watch_loader_workers()
     except Exception as exc:  # never break the user's program
         msg = f"torch: operator context disabled: {exc}"
@@ -255,32 +254,6 @@ def _on_torch_imported() -> None:
         if not _said:  # once per process, however many sessions
             _said = True
             print(f"deepcontext: {msg}", file=sys.stderr)
-
-
-class _WorkerExit:
-    """Token for multiprocessing.util.register_after_fork (it keeps a weak reference)."""
-
-
-_worker_exit_token = _WorkerExit()
-
-
-def _arm_worker_exit(_token) -> None:
-    # In a multiprocessing child (a DataLoader worker) that profiles: it leaves through
-    # os._exit(), so atexit never runs there, but multiprocessing's finalizers do. Registered from
-    # register_after_fork because Process._bootstrap clears finalizers made by os.fork handlers.
-    # (This belongs in session.py; see the report.)
-    from . import session
-
-    if session.is_active():
-        import multiprocessing.util as mp_util
-
-        mp_util.Finalize(None, session._stop_quietly, exitpriority=0)
-
-
-def _register_worker_exit() -> None:
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None:
-        mp_util.register_after_fork(_worker_exit_token, _arm_worker_exit)
 
 
 def _after_fork_child() -> None:

@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -84,8 +85,10 @@ std::string write_now(bool final) {
 void checkpoint_loop(Session *s) {
   pthread_setname_np(pthread_self(), "dctx-checkpoint");
   std::unique_lock lock(s->cv_mu);
+  double seconds = std::min(s->opts.first_checkpoint_s, s->opts.checkpoint_s);
   while (!s->stop_checkpoint) {
-    auto period = std::chrono::milliseconds(static_cast<int64_t>(s->opts.checkpoint_s * 1000));
+    auto period = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    seconds = s->opts.checkpoint_s;
     if (s->cv.wait_for(lock, period, [&] { return s->stop_checkpoint; })) break;
     lock.unlock();
     std::string err = write_now(false);
@@ -117,7 +120,7 @@ std::string session_start(const SessionOptions &opts) {
 
 std::string session_flush() { return write_now(false); }
 
-std::string session_stop() {
+std::string session_stop(bool write) {
   if (!g_active.load() || !g_session) return "profiling is not active";
   Session *s = g_session;
   sampler_stop();
@@ -132,9 +135,15 @@ std::string session_stop() {
     s->checkpoint.join();
     if (save) PyEval_RestoreThread(save);
   }
-  std::string err = write_now(true);
+  std::string err = write ? write_now(true) : "";
   g_active.store(false);
   return err;
+}
+
+std::string session_write_final_to(const std::string &path) {
+  if (!g_session || g_active.load()) return "no stopped session to write";
+  g_session->opts.output = path;
+  return write_now(true);
 }
 
 void session_after_fork_child() {

@@ -14,12 +14,18 @@ struct SessionOptions {
   bool sample = true;
   SamplerOptions sampler;
   double checkpoint_s = 60;
+  // The first checkpoint comes this early (if checkpoint_s is longer), so that a program killed
+  // in its first minute still leaves a (partial) profile.
+  double first_checkpoint_s = 5;
 };
 
 // Each returns "" on success or a one-line error.
 std::string session_start(const SessionOptions &opts);
 std::string session_flush();
-std::string session_stop();
+// Stops the session; writes the final profile unless `write` is false (the run never started).
+std::string session_stop(bool write = true);
+// After session_stop failed to write: the final profile to another path.
+std::string session_write_final_to(const std::string &path);
 void session_after_fork_child();
 const std::string &session_output();
 

@@ -54,7 +54,9 @@ NB_MODULE(_core, m) {
       nb::arg("output"), nb::arg("hidden_prefix"), nb::arg("main_thread"),
       nb::arg("interval_ms") = 10.0, nb::arg("native") = false, nb::arg("wall") = true,
       nb::arg("counters") = true, nb::arg("checkpoint_s") = 60.0, nb::arg("sample") = true);
-  m.def("stop", [] { check(dctx::session_stop()); });
+  m.def("stop", [](bool write) { check(dctx::session_stop(write)); }, nb::arg("write") = true);
+  m.def("write_final_to",
+        [](const std::string &path) { check(dctx::session_write_final_to(path)); });
   m.def("flush", [] { check(dctx::session_flush()); });
   m.def("is_active", [] { return dctx_is_active() != 0; });
   m.def("after_fork_child", &dctx::session_after_fork_child);

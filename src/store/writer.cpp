@@ -128,6 +128,14 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
   const timeline::Window tl = timeline::collect(snap.parent.size());
   std::string tmp = path + ".tmp-" + std::to_string(getpid());
   std::remove(tmp.c_str());
+  // A write that fails (disk full, folder removed) leaves no half-written file behind.
+  struct RemoveUnlessRenamed {
+    const std::string &tmp;
+    bool renamed = false;
+    ~RemoveUnlessRenamed() {
+      if (!renamed) std::remove(tmp.c_str());
+    }
+  } cleanup{tmp};
   Db d;
   if (sqlite3_open(tmp.c_str(), &d.db) != SQLITE_OK) return "cannot create " + tmp;
   std::string pragmas = "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id=" +
@@ -242,10 +250,8 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
   if (!d.exec("COMMIT")) return d.error;
   sqlite3_close(d.db);
   d.db = nullptr;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path;
-  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return "cannot rename " + tmp + " to " + path;
+  cleanup.renamed = true;
   return "";
 }
 

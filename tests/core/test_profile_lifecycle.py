@@ -3,6 +3,7 @@ bad files give one clear line; memory and file size stay flat in the number of i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -112,6 +113,41 @@ def test_checkpoint_survives_os_exit(tmp_path):
     # At most about one checkpoint period (1 s) of the 2.5 s of work is lost (wall time: the
     # CPU share depends on what else the machine runs).
     assert p.total("wall_time") > 1.0e9
+
+
+def _deepcontext(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "deepcontext", *args], capture_output=True, text=True, check=True
+    )
+
+
+def test_sigkill_leaves_an_early_checkpoint_that_report_and_analyze_flag(tmp_path):
+    # Default settings: the first checkpoint comes a few seconds in, not after the 60 s period.
+    proc, out = _start(tmp_path, LOOP)
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert out.exists(), "no checkpoint within 30 s"
+    assert proc.returncode == -signal.SIGKILL
+    p = deepcontext.load(out)
+    assert p.meta["complete"] == "0"
+    assert p.total("cpu_time") > 0
+    note = "partial profile: the program did not finish"
+    report = _deepcontext("report", str(out)).stdout.splitlines()
+    assert note in report[2] and p.meta["end_time"] in report[2], report[:4]
+    assert note in _deepcontext("analyze", str(out)).stdout.splitlines()[0]
+    doc = json.loads(_deepcontext("analyze", "--format", "json", str(out)).stdout)
+    assert doc["meta"]["complete"] == "0" and note in doc["partial"]
+    # A complete profile says nothing of the kind.
+    src = tmp_path / "w.py"
+    src.write_text(WORK)
+    done = tmp_path / "done.dctx"
+    subprocess.run([sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(done), str(src)])
+    assert "partial" not in _deepcontext("report", str(done)).stdout
+    assert "partial" not in _deepcontext("analyze", "--format", "json", str(done)).stdout
 
 
 def test_corrupt_and_foreign_files_give_one_clear_line(tmp_path):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..errors import UserError
+from ..partial import COMPLETE, partial_note
 
 
 def register(subparsers) -> None:
@@ -69,7 +71,16 @@ def main(args: argparse.Namespace) -> int:
     if not 0 <= args.min_share <= 100:
         raise UserError(f"--min-share {args.min_share}: expected a percentage between 0 and 100")
     result = analyze(args.file, rules=args.rules, min_share=args.min_share / 100.0)
-    out = render_json(result) if args.format == "json" else render_text(result)
+    partial = partial_note(result.meta)
+    if args.format == "json" and partial:  # a checkpoint: meta.complete "0", and the note
+        doc = result.to_dict()
+        doc["meta"][COMPLETE] = result.meta[COMPLETE]
+        doc["partial"] = partial
+        out = json.dumps(doc, indent=2, default=str) + "\n"
+    elif args.format == "json":
+        out = render_json(result)
+    else:
+        out = (f"note: {partial}\n" if partial else "") + render_text(result)
     if args.output:
         try:
             with open(args.output, "w") as f:

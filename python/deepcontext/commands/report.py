@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from ..errors import UserError
+from ..partial import partial_note
 from ..render import (
     ProfileInfo,
     Tree,
@@ -212,6 +213,9 @@ def _header(profile, tree, metrics, units, view) -> list[str]:
         f"{m} {format_value(float(tree.metrics[m].inc[0]), units[m])}" for m in metrics
     )
     lines = [f"{profile.path}: {cmd}" if cmd else profile.path, f"{view}; total {totals}"]
+    partial = partial_note(profile.meta)
+    if partial:
+        lines.append(f"note: {partial}")
     for note in profile.notes + combine_notes(tree, metrics):
         lines.append(f"note: {note}")
     lines.append("")

@@ -1,16 +1,21 @@
-"""`deepcontext run [options] script.py args...` (or `-m module`, or `-- python script.py`).
+"""`deepcontext run [options] script.py args...` (or a directory or zip file with __main__.py, or
+`-m module`, or `-- python script.py`).
 
 The program runs in this interpreter, with profiling started first, exactly as `python script.py`
-would run it (sys.argv, sys.path[0], __main__); its exit status is ours.
+would run it (sys.argv, sys.path[0], __main__); its exit status is ours. Before it starts, the
+output's directory must be writable; a program or module that cannot be found is one line of
+error with python's exit status, and no profile.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pkgutil
 import runpy
 import shutil
 import sys
+import tempfile
 import traceback
 
 from ..errors import UserError
@@ -45,7 +50,8 @@ def register(subparsers) -> None:
         type=float,
         default=60.0,
         metavar="S",
-        help="write a checkpoint every S seconds (0: never; default 60)",
+        help="write a checkpoint (a partial profile, kept if the program is killed) 5 s after "
+        "the start, then every S seconds (0: never; default 60)",
     )
     p.add_argument(
         "--fork-children",
@@ -114,8 +120,35 @@ def _split_program(args) -> tuple[str | None, str | None, list[str]]:
     return script, None, prog[1:]
 
 
+def _check_output(output: str) -> None:
+    """The profile can be written where asked: found before the program runs, not after."""
+    path = os.path.abspath(output)
+    if os.path.isdir(path):
+        raise UserError(f"cannot write the profile to {output}: it is a directory")
+    folder = os.path.dirname(path)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".deepcontext-probe-")
+    except OSError as exc:
+        raise UserError(f"cannot write the profile to {output}: {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.remove(probe)
+
+
+def _not_found(exc: ImportError) -> bool:
+    """The ImportError is runpy's own (no such module, no __main__), raised before any of the
+    program's code ran: the traceback below our call is all in runpy."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+    if tb is None:
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") != "runpy":
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def _is_native(path: str) -> bool:
-    if path.endswith(".py"):
+    if path.endswith(".py") or os.path.isdir(path):
         return False
     with open(path, "rb") as fh:
         return fh.read(4) == b"\x7fELF"
@@ -151,9 +184,12 @@ def main(args) -> int:
     _apply_metrics(args)
     script, module, rest = _split_program(args)
     stem = (
-        os.path.splitext(os.path.basename(script))[0] if script else (module or "").split(".")[-1]
+        os.path.splitext(os.path.basename(os.path.normpath(script)))[0]
+        if script
+        else (module or "").split(".")[-1]
     )
     output = args.output or session.default_output(stem or "deepcontext")
+    _check_output(output)
     if script and _is_native(script):
         return _exec_native(script, rest, output, args)
     options = {
@@ -163,13 +199,17 @@ def main(args) -> int:
     }
     if script:
         sys.argv = [script, *rest]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        # A directory or zip file is run by its __main__ and is itself sys.path[0], as in
+        # `python DIR` (runpy.run_path tells them apart the same way).
+        top = os.path.abspath(script)
+        sys.path[0] = top if pkgutil.get_importer(top) is not None else os.path.dirname(top)
     else:
         sys.argv = [module, *rest]
         sys.path[0] = os.getcwd()
     options["command"] = list(sys.argv)
-    session.start(output, **options)
+    output = session.start(output, **options)
     status = 0
+    not_found = None
     try:
         if script:
             runpy.run_path(script, run_name="__main__")
@@ -187,11 +227,23 @@ def main(args) -> int:
     except KeyboardInterrupt:
         traceback.print_exc()
         status = 130
+    except ImportError as exc:
+        if _not_found(exc):
+            not_found = exc
+        else:
+            traceback.print_exc()
+        status = 1
     except BaseException:
         traceback.print_exc()
         status = 1
     finally:
-        written = session.stop()
-    if written and not args.quiet:
+        try:
+            written = session.stop(write=not_found is None)
+        except RuntimeError as exc:  # not even the fallback paths could be written
+            print(f"deepcontext: error: {exc}", file=sys.stderr)
+            written = None
+    if not_found is not None:
+        raise UserError(str(not_found), status=1)
+    if written == output and not args.quiet:  # (a fallback path has been said by stop())
         print(f"deepcontext: wrote {written}", file=sys.stderr)
     return status

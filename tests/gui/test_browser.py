@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from deepcontext.analyzer import REGISTRY, Finding, rule
 from deepcontext.gui_server import GuiServer
 
 from .conftest import ROOT, SCREENSHOTS, browser_available, gui_built
@@ -19,36 +18,42 @@ why = browser_available()
 pytestmark = pytest.mark.skipif(why is not None, reason=why or "")
 
 
+# A custom analyzer rule (the analyzer's public API) that names square_sum, so the findings view
+# has a finding to show and link; a file, as the server's analyzer runs in a child process.
+HOT_FUNCTION_RULE = """
+from deepcontext.analyzer import Finding, rule
+
+
+@rule("gui-test-hot-function", "square_sum is hot", needs=("cpu_time",))
+def check(q):
+    nodes = q.profile.find(name="square_sum")
+    if nodes:
+        n = max(nodes, key=lambda x: x.inclusive("cpu_time"))
+        t = n.inclusive("cpu_time")
+        yield Finding(
+            summary="square_sum holds most of the CPU time",
+            suggestion="vectorize the loop",
+            metric="cpu_time",
+            time=t,
+            saving=t / 2,
+            estimate="half of its time",
+            node=n.id,
+        )
+"""
+
+
 @pytest.fixture
-def hot_function_rule():
-    """A custom analyzer rule (the analyzer's public API) that names square_sum, so the findings
-    view has a finding to show and link."""
-
-    @rule("gui-test-hot-function", "square_sum is hot", needs=("cpu_time",))
-    def check(q):
-        nodes = q.profile.find(name="square_sum")
-        if nodes:
-            n = max(nodes, key=lambda x: x.inclusive("cpu_time"))
-            t = n.inclusive("cpu_time")
-            yield Finding(
-                summary="square_sum holds most of the CPU time",
-                suggestion="vectorize the loop",
-                metric="cpu_time",
-                time=t,
-                saving=t / 2,
-                estimate="half of its time",
-                node=n.id,
-            )
-
-    yield check
-    REGISTRY.pop("gui-test-hot-function", None)
+def hot_function_rule(tmp_path) -> str:
+    path = tmp_path / "hot_function_rule.py"
+    path.write_text(HOT_FUNCTION_RULE)
+    return str(path)
 
 
-def browse(script: str, *profiles: str) -> dict:
+def browse(script: str, *profiles: str, rules_files: tuple[str, ...] = ()) -> dict:
     """Serves the profiles with the GUI server and runs one of gui/e2e's browser scripts against
     it (screenshots into SCREENSHOTS); returns its result line, with no failed check."""
     SCREENSHOTS.mkdir(exist_ok=True)
-    server = GuiServer(*profiles).start()
+    server = GuiServer(*profiles, rules_files=rules_files).start()
     try:
         r = subprocess.run(
             ["node", script, server.url, str(SCREENSHOTS)],
@@ -69,7 +74,9 @@ def browse(script: str, *profiles: str) -> dict:
 
 def test_every_view_in_a_real_browser(profile_a, profile_b, hot_function_rule):
     assert gui_built(), "the GUI is not built into the package (run scripts/build-gui.sh)"
-    result = browse("e2e/views.mjs", str(profile_b), str(profile_a))
+    result = browse(
+        "e2e/views.mjs", str(profile_b), str(profile_a), rules_files=(hot_function_rule,)
+    )
     assert len(result["checks"]) >= 30
     for view in [
         "flame",

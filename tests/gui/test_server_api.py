@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from array import array
 
 import pytest
-from deepcontext.gui_server import GuiServer
+from deepcontext.gui_server import GuiServer, ServerLimits
 from deepcontext.reader import load
 
 
@@ -98,6 +100,58 @@ def test_findings_come_from_the_analyzer(server):
         assert {"rule", "title", "summary", "suggestion", "nodes"} <= set(f)
 
 
+def test_findings_include_the_rules_files_given(profile_b, tmp_path):
+    rules = tmp_path / "rules.py"
+    rules.write_text(
+        "from deepcontext.analyzer import Finding, rule\n\n\n"
+        '@rule("test-always", "always", needs=("cpu_time",))\n'
+        "def check(q):\n"
+        '    yield Finding(summary="hello from a rules file", suggestion="-", metric="cpu_time",\n'
+        '                  time=1.0, saving=0.5, estimate="half")\n'
+    )
+    s = GuiServer(str(profile_b), rules_files=[str(rules)]).start()
+    try:
+        status, body, _ = get(s, "api/findings")
+        data = json.loads(body)
+        assert status == 200 and "error" not in data
+        assert [f["summary"] for f in data["findings"] if f["rule"] == "test-always"] == [
+            "hello from a rules file"
+        ]
+    finally:
+        s.close()
+
+
+def test_an_analyzer_that_fails_leaves_the_server_answering(profile_a, tmp_path):
+    """The analyzer runs apart from the server: when it hangs (here its profile path became a FIFO
+    with no writer, so its read never returns) or fails, the findings view gets a clear error and
+    the other endpoints keep answering."""
+    copy = tmp_path / "p.dctx"
+    shutil.copy(profile_a, copy)
+    s = GuiServer(str(copy), limits=ServerLimits(analyzer_timeout_s=3.0)).start()
+    try:
+        os.unlink(copy)
+        os.mkfifo(copy)
+        status, body, _ = get(s, "api/findings")
+        assert status == 200
+        data = json.loads(body)
+        assert data["findings"] == [] and "did not finish within 3 s" in data["error"]
+        assert get(s, "api/frames?p=0")[0] == 200 and get(s, "api/info")[0] == 200
+    finally:
+        s.close()
+    os.unlink(copy)
+    shutil.copy(profile_a, copy)
+    s = GuiServer(str(copy), limits=ServerLimits(analyzer_timeout_s=3.0)).start()
+    try:
+        copy.write_bytes(b"SQLite format 3\x00 but not a database")  # changed since it was loaded
+        status, body, _ = get(s, "api/findings")
+        data = json.loads(body)
+        assert status == 200 and data["findings"] == []
+        assert "corrupt profile" in data["error"] and "\n" not in data["error"]
+        assert get(s, "api/frames?p=0")[0] == 200
+    finally:
+        s.close()
+
+
 def test_diff_ranks_the_grown_function(server):
     status, body, _ = get(server, "api/diff?metric=cpu_time")
     assert status == 200
@@ -148,6 +202,18 @@ def test_view_command_prints_a_tokened_loopback_url(profile_a):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_view_command_refuses_a_missing_rules_file(profile_a, tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "view", str(profile_a), "--no-browser"]
+        + ["--rules-file", str(tmp_path / "nope.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "nope.py: no such rules file" in r.stderr
 
 
 def test_view_command_reports_a_bad_file_in_one_line(tmp_path):

@@ -1,4 +1,5 @@
-"""Security of the GUI server: token required, only the profile's own source files, loopback only."""
+"""Security of the GUI server: token required, only the profile's own source files, loopback only,
+bounded connections."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import http.client
 import json
 import os
 import socket
+import sysconfig
+import time
 from pathlib import Path
+from urllib.parse import quote
 
+import deepcontext
 import pytest
-from deepcontext.gui_server import GuiServer
+from deepcontext.gui_server import GuiServer, ServerLimits
 from deepcontext.writer import ProfileWriter
 
 
@@ -23,8 +28,8 @@ def request(server: GuiServer, path: str, host: str = "127.0.0.1") -> tuple[int,
         c.close()
 
 
-def make_profile(path: Path, files: list[str], cwd: str) -> Path:
-    w = ProfileWriter({"cwd": cwd})
+def make_profile(path: Path, files: list[str], cwd: str, command: str | None = None) -> Path:
+    w = ProfileWriter({"cwd": cwd} | ({"command": command} if command else {}))
     node = 0
     for i, f in enumerate(files):
         node = w.child(node, w.frame("python", f"fn{i}", f, 1))
@@ -63,8 +68,6 @@ def layout(tmp_path):
 
 
 def source(server: GuiServer, file: str) -> tuple[int, dict]:
-    from urllib.parse import quote
-
     status, body = request(server, f"/{server.token}/api/source?file={quote(file, safe='')}")
     return status, json.loads(body)
 
@@ -185,3 +188,184 @@ def test_responses_forbid_framing_and_leaking_the_token(layout):
     assert "frame-ancestors 'none'" in r.getheader("Content-Security-Policy")
     assert r.getheader("X-Content-Type-Options") == "nosniff"
     c.close()
+
+
+def serve(tmp_path: Path, files: list[str], cwd: str, command: str | None = None, **limits):
+    prof = make_profile(tmp_path / "p.dctx", files, cwd, command)
+    return GuiServer(str(prof), limits=ServerLimits(**limits)).start()
+
+
+def test_system_and_secret_files_named_by_a_profile_are_refused(tmp_path):
+    """A profile is a file people send each other: whatever its frames, cwd and command name, the
+    viewer's /proc (its environment and secrets), /etc and non-source files stay unread."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / ".env").write_text("API_KEY=hunter2\n")
+    (proj / "notes.txt").write_text("API_KEY=hunter2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keys.py").write_text("API_KEY = 'hunter2'\n")
+    cases = {
+        # cwd /proc/self: relative names and the old symlink check both led into /proc/<pid>
+        "/proc/self": ["environ", "/proc/self/environ", "/proc/self/cmdline"],
+        "/etc": ["passwd", "/etc/passwd", "/etc/hostname"],
+        str(proj): [".env", str(proj / "notes.txt"), str(elsewhere / "keys.py"), "/dev/null"],
+        "/": ["etc/passwd", "proc/self/environ"],
+    }
+    for cwd, files in cases.items():
+        case = tmp_path / ("case" + str(len(os.listdir(tmp_path))))
+        case.mkdir()
+        server = serve(case, files, cwd, json.dumps([f"{cwd}/run.py"]))
+        try:
+            for f in files:
+                status, body = source(server, f)
+                assert status == 403, (cwd, f, body)
+                text = json.dumps(body)
+                assert "hunter2" not in text and "root:" not in text and "PATH=" not in text
+        finally:
+            server.close()
+
+
+def test_program_and_python_sources_are_served(tmp_path):
+    """What the source view is for still opens: the program's files (also a script outside its cwd,
+    and one without a suffix but with a python #! line), the stdlib, the viewer's site-packages and
+    another Python's import tree."""
+    work = tmp_path / "work"
+    work.mkdir()
+    prog = tmp_path / "prog"
+    prog.mkdir()
+    (prog / "train.py").write_text("import helper\n")
+    (prog / "helper.py").write_text("def f(): pass\n")
+    (prog / "tool").write_text("#!/usr/bin/env python3\nprint(1)\n")
+    (work / "local.py").write_text("x = 1\n")
+    venv_mod = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "pkg" / "mod.py"
+    venv_mod.parent.mkdir(parents=True)
+    venv_mod.write_text("y = 2\n")
+    stdlib_os = os.path.join(sysconfig.get_paths()["stdlib"], "os.py")
+    own = os.path.join(os.path.dirname(deepcontext.__file__), "gui_server.py")
+    files = [
+        str(prog / "train.py"),
+        str(prog / "helper.py"),
+        str(prog / "tool"),
+        "local.py",
+        str(venv_mod),
+        stdlib_os,
+        own,
+    ]
+    server = serve(tmp_path, files, str(work), json.dumps([str(prog / "train.py"), "--x"]))
+    try:
+        for f in files:
+            status, body = source(server, f)
+            assert status == 200, (f, body)
+            with open(os.path.join(work, f), encoding="utf-8", errors="replace") as fh:
+                assert body["text"] == fh.read()
+    finally:
+        server.close()
+
+
+def raw_request(server: GuiServer, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        c.putrequest("GET", path, skip_host="Host" in headers)
+        for k, v in headers.items():
+            c.putheader(k, v)
+        c.endheaders()
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_host_and_origin_must_be_loopback(layout):
+    """DNS rebinding: a page of another site re-pointed at 127.0.0.1 sends its own Host/Origin."""
+    server, _, _ = layout
+    info = f"/{server.token}/api/info"
+    port = server.port
+    for host in ["evil.example", f"evil.example:{port}", f"127.0.0.1.evil.example:{port}", ""]:
+        status, body = raw_request(server, info, {"Host": host})
+        assert status == 403 and b"cpu_time" not in body, host
+    for origin in ["http://evil.example", f"https://127.0.0.1:{port}", "null"]:
+        status, body = raw_request(server, info, {"Origin": origin})
+        assert status == 403 and b"cpu_time" not in body, origin
+    for host in [f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST"]:
+        status, body = raw_request(server, info, {"Host": host})
+        assert status == 200 and b"cpu_time" in body, host
+    status, _ = raw_request(server, info, {"Origin": f"http://127.0.0.1:{port}"})
+    assert status == 200
+
+
+def test_nul_in_the_url_is_a_bad_request(layout):
+    server, _, _ = layout
+    t = server.token
+    for path in [f"/{t}/%00", f"/{t}/assets/x%00.js", f"/{t}/api/source?file=%00"]:
+        status, _ = request(server, path)
+        assert status == 400, path
+    assert request(server, f"/{t}/api/info")[0] == 200
+
+
+def test_a_request_body_is_not_read_as_a_request(layout):
+    """A body is read and dropped, so what it holds is never answered as a second request."""
+    server, _, _ = layout
+    t = server.token
+    host = f"127.0.0.1:{server.port}"
+    smuggled = f"GET /{t}/api/nosuch HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    for method in ("POST", "GET"):
+        c.request(method, f"/{t}/api/info", body=smuggled)
+        r = c.getresponse()
+        r.read()
+        assert r.status == (405 if method == "POST" else 200)
+        c.request("GET", f"/{t}/api/info")  # the next answer on this connection is this one's
+        r = c.getresponse()
+        assert r.status == 200 and b"cpu_time" in r.read()
+    c.close()
+
+
+def test_chunked_and_huge_bodies_are_refused(layout):
+    server, _, _ = layout
+    path = f"/{server.token}/api/info"
+    status, body = raw_request(server, path, {"Content-Length": str(10**12)})
+    assert status == 413 and b"cpu_time" not in body
+    status, body = raw_request(server, path, {"Content-Length": "12, 13"})
+    assert status == 400
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            f"5\r\nhello\r\n0\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := s.recv(65536):  # the server answers once and hangs up
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 501 ") and answer.count(b"HTTP/1.1") == 1
+
+
+def test_idle_connections_are_closed(tmp_path):
+    server = serve(tmp_path, ["/a.py"], str(tmp_path), idle_timeout_s=1.0)
+    try:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s.sendall(b"GET /")  # a request that never ends
+        assert s.recv(100) == b""  # the server hung up; without a timeout this waits forever
+        s.close()
+    finally:
+        server.close()
+
+
+def test_connections_are_bounded(tmp_path):
+    """Idle connections beyond the bound get 503 at once instead of a thread each."""
+    server = serve(tmp_path, ["/a.py"], str(tmp_path), max_connections=4, idle_timeout_s=60.0)
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
+    try:
+        status, body = request(server, f"/{server.token}/api/info")
+        assert status == 503 and b"too many connections" in body
+        for s in idle:
+            s.close()
+        # the slots come back as the server sees the idle ones close
+        deadline = time.monotonic() + 30
+        while (status := request(server, f"/{server.token}/api/info")[0]) == 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert status == 200
+    finally:
+        for s in idle:
+            s.close()
+        server.close()

@@ -27,6 +27,14 @@ def register(subparsers) -> None:
     p.add_argument(
         "--no-browser", action="store_true", help="print the URL only; do not open a browser"
     )
+    p.add_argument(
+        "--rules-file",
+        action="append",
+        default=[],
+        dest="rules_files",
+        metavar="PY",
+        help="custom analyzer rules for the findings view, as for deepcontext analyze (repeatable)",
+    )
     p.set_defaults(func=main)
 
 
@@ -41,7 +49,10 @@ def main(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: not a port number")
-    server = GuiServer(args.file, args.baseline, port=args.port)
+    for f in args.rules_files:
+        if not os.path.isfile(f):
+            raise UserError(f"{f}: no such rules file")
+    server = GuiServer(args.file, args.baseline, port=args.port, rules_files=args.rules_files)
     if not server.info()["static_built"]:
         server.close()
         raise UserError("the GUI is not built in this install (run scripts/build-gui.sh)")

@@ -426,6 +426,9 @@ def _start_watchdog() -> None:
         return
 
     def loop():
+        from . import _core
+
+        _core.hide_current_thread()  # the profiler's own thread: not in the profile
         while not _stop_watchdog.wait(0.05):
             with _lock:
                 schedule = _schedule

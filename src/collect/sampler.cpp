@@ -212,6 +212,14 @@ dctx_node sample_node(PyThreadState *ts, bool native) {
   return node;
 }
 
+// Python threads of the profiler itself (by threading ident); read and written with the GIL held.
+std::vector<unsigned long> g_hidden_python_threads;
+
+bool hidden_python_thread(unsigned long id) {
+  return std::find(g_hidden_python_threads.begin(), g_hidden_python_threads.end(), id) !=
+         g_hidden_python_threads.end();
+}
+
 void tick(State &s, uint64_t wall_delta) {
   PyThreadState *self = PyThreadState_Get();
   PyInterpreterState *interp = PyThreadState_GetInterpreter(self);
@@ -225,6 +233,7 @@ void tick(State &s, uint64_t wall_delta) {
 #if PY_VERSION_HEX >= 0x030B0000
     s.python_tids.push_back(static_cast<pid_t>(ts->native_thread_id));
 #endif
+    if (hidden_python_thread(ts->thread_id)) continue;
     auto [it, fresh] = s.threads.try_emplace(ts->thread_id);
     Sampled &st = it->second;
     st.seen = true;
@@ -256,7 +265,9 @@ void tick(State &s, uint64_t wall_delta) {
         }
       }
 #endif
-      if (wall_delta == 0) continue;
+      // Its wall time counts from this tick (it started at most a tick ago), and a profiler
+      // thread hides itself (sampler_hide_current_thread) before the next one.
+      continue;
     }
     uint64_t cpu = now_ns(st.clock);
     uint64_t cpu_delta = cpu > st.last_cpu ? cpu - st.last_cpu : 0;
@@ -556,6 +567,12 @@ void sampler_after_fork() {
   // abandon that state (a small leak) rather than touch it.
   g = nullptr;
   native_unwind_after_fork();
+  g_hidden_python_threads.clear();  // thread idents of the parent's threads
+}
+
+void sampler_hide_current_thread() {
+  const unsigned long id = PyThread_get_thread_ident();
+  if (!hidden_python_thread(id)) g_hidden_python_threads.push_back(id);
 }
 
 }  // namespace dctx

@@ -21,5 +21,7 @@ void sampler_start(const SamplerOptions &opts);
 void sampler_stop();
 // After fork in the child: the sampler thread does not exist there; forget its state.
 void sampler_after_fork();
+// The calling Python thread is the profiler's own (a watchdog): never sampled. Needs the GIL.
+void sampler_hide_current_thread();
 
 }  // namespace dctx

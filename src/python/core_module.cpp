@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "collect/sampler.h"
 #include "deepcontext/monitor.h"
 #include "monitor/session.h"
 #include "python/context_call.h"
@@ -80,6 +81,9 @@ NB_MODULE(_core, m) {
     return dctx_enter(DCTX_DOMAIN_SCOPE, &f);
   });
   m.def("scope_exit", [] { dctx_exit(DCTX_DOMAIN_SCOPE); });
+  m.def(
+      "hide_current_thread", [] { dctx::sampler_hide_current_thread(); },
+      "The calling thread is the profiler's own: never sampled.");
   m.def("current", [] { return dctx_current(); });
   m.def("set_worker_context", [](uint32_t node) { dctx_set_worker_context(node); });
   m.def("stack_depth", [] { return dctx_stack_depth(); });

@@ -164,6 +164,9 @@ def test_sampled_steps_estimate_what_every_step_records(loops):
     for name in sorted(b, key=b.get, reverse=True)[:10]:
         assert abs(a.get(name, 0.0) - b[name]) < 0.02, name
     assert any(note.startswith("estimated from") for note in sampled.notes), sampled.notes
+    # The schedule's watchdog thread is the profiler's, not the program's.
+    threads = {n.frame.name for n in sampled.nodes() if n.frame.kind == "thread"}
+    assert "deepcontext-steps" not in threads, threads
 
 
 def test_explicit_steps_and_a_step_range(tmp_path):

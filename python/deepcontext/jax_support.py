@@ -547,7 +547,7 @@ def _eager_wrapper(original):
     binds as a method)."""
     lib = inflight_library()
     if lib is not None:
-        return lib.dctx_jax_dispatch_type()(original)
+        return lib.dctx_jax_dispatch_type()(original, True)
 
     def process_primitive(self, *args, **kwargs):
         if _options is not None:

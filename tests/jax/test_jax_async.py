@@ -26,21 +26,22 @@ def init(key):
 
 def make_batch(key):
     key, kx = jax.random.split(key)  # the split line
-    return key, jax.random.normal(kx, (BATCH, WIDTH))
+    x = jax.random.normal(kx, (BATCH, WIDTH))
+    return key, x, x[:, :8]
 
 
-def loss_fn(params, x):
+def loss_fn(params, x, y):
     h = x
     for i, w in enumerate(params):
         with jax.named_scope(f"layer{i}"):
             h = jnp.tanh(h @ w)
-    return ((h - jnp.sin(x)) ** 2).mean()
+    return ((h[:, :8] - jnp.sin(y)) ** 2).mean()
 
 
 @jax.jit
-def train_step(params, x):
+def train_step(params, x, y):
     with jax.named_scope("mlp_step"):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         with jax.named_scope("sgd"):
             params = [p - 0.05 * g for p, g in zip(params, grads)]
     return params, loss
@@ -49,8 +50,8 @@ def train_step(params, x):
 params = init(jax.random.PRNGKey(0))
 key = jax.random.PRNGKey(1)
 for step in range(STEPS):
-    key, x = make_batch(key)
-    params, loss = train_step(params, x)  # the step line
+    key, x, y = make_batch(key)  # the batch line
+    params, loss = train_step(params, x, y)  # the step line
 print("loss", float(loss))
 """
 
@@ -80,13 +81,21 @@ def test_unblocked_loop_charges_xla_threads_to_the_running_step(tmp_path):
     assert "loss" in proc.stdout, proc.stdout + proc.stderr
     p = load(out)
     step_line, split_line = line_of(prog, "# the step line"), line_of(prog, "# the split line")
-    threads = _pool_threads(p)
+    batch_line = line_of(prog, "# the batch line")
+    # The loop's share of the pool: the setup (init's eager ops, compilations) is left out, and
+    # with it the CPU time a pool thread used before the sampler first found it, which goes to
+    # whatever context is set at that moment (on a loaded host, a line of init).
+    threads = [
+        (n, v)
+        for n, v in _pool_threads(p)
+        if has_line(n, "prog.py", step_line) or has_line(n, "prog.py", batch_line)
+    ]
     total = sum(v for _, v in threads)
-    assert total > 200e6, f"too little XLA execution time to judge: {total / 1e6:.0f} ms"
+    assert total > 200e6, f"too little XLA execution time in the loop: {total / 1e6:.0f} ms"
     at_step = sum(v for n, v in threads if has_line(n, "prog.py", step_line))
     at_split = sum(v for n, v in threads if has_line(n, "prog.py", split_line))
     print(
-        f"XLA pool cpu_time {total / 1e6:.0f} ms: {at_step / total:.1%} under the step line, "
+        f"XLA pool cpu_time in the loop {total / 1e6:.0f} ms: {at_step / total:.1%} under the step line, "
         f"{at_split / total:.1%} under the split line"
     )
     # The steps are nearly all of the pool's work (the batches are small); before the fix most
@@ -106,14 +115,18 @@ def test_unblocked_loop_charges_xla_threads_to_the_running_step(tmp_path):
     hlo = [
         n
         for n in p.root.walk()
-        if n.frame.kind == "hlo_op" and has_line(n, "prog.py", step_line) and n.inclusive("cpu_time")
+        if n.frame.kind == "hlo_op"
+        and n.inclusive("cpu_time")
+        and has_line(n, "prog.py", step_line)
+        and any(f.kind == "jax_op" and f.name == "jit(train_step)" for f in n.path())
     ]
-    assert hlo, "no sample in a JIT kernel named after its HLO op"
+    assert hlo, "no sample in the step's JIT kernels named after its HLO op"
     scopes = {f.name for n in hlo for f in n.path() if f.kind == "jax_op"}
-    assert "jit(train_step)" in scopes and "mlp_step" in scopes, scopes
-    assert scopes & {"sgd", *(f"layer{i}" for i in range(6))}, scopes
-    assert any(
-        os.path.basename(n.frame.file) == "prog.py" and n.frame.line > 0 for n in hlo
-    ), "HLO ops carry the model's source line"
+    assert "mlp_step" in scopes, scopes
+    # Scopes inside a transformation stay in its component: jvp(layer0), transpose(jvp(layer3)).
+    assert any(s == "sgd" or "layer" in s for s in scopes), scopes
+    assert any(os.path.basename(n.frame.file) == "prog.py" and n.frame.line > 0 for n in hlo), (
+        "HLO ops carry the model's source line"
+    )
     # Where no HLO op can be named (XLA:CPU's runtime library: dots, copies), the profile says why.
     assert "no sample can read which thunk runs it" in p.meta["jax_cpu_hlo_ops"]

@@ -29,6 +29,7 @@ constexpr int kLeafDepth = 4;       // how deep into nested tuples/lists/dicts a
 struct Entry {
   dctx_node node;
   PyObject *leaf;  // one output array (strong reference)
+  bool op;         // an eager op (one primitive: short), else a jitted function
 };
 
 Entry g_queue[kCapacity];
@@ -71,21 +72,32 @@ PyObject *take_front() {
   return leaf;
 }
 
-// Drops the completed executions at the front; the worker context goes to the oldest one left,
-// or stays on the last completed one (its threads may still spin down) when none is left.
+// Drops the completed executions at the front and sets the worker context for the tick's CPU
+// time: the oldest execution left ran at the tick, and the ones completed since the last poll ran
+// in it too. Of these the first jitted function, else the first eager op, gets it: an eager op is
+// one primitive, usually short, and the time the pool spends on a few of them between two steps
+// (or spinning down after a step) would otherwise go to whichever small op is next at the tick.
+// With none left, the context stays on a completed one (its threads may still spin down).
 // Nothing is kept across a call into jax: the GIL may change hands inside it (the sampler's tick
 // and a dispatch on the main thread both poll), so each round reads the queue afresh.
 void poll() {
   if (g_polling) return;
   g_polling = true;
-  dctx_node last = 0;
+  dctx_node owner = 0;
+  bool owner_op = true;
+  auto consider = [&](const Entry &e) {
+    if (!owner || (owner_op && !e.op)) {
+      owner = e.node;
+      owner_op = e.op;
+    }
+  };
   while (g_size) {
     const uint64_t seq = g_taken;
     PyObject *leaf = Py_NewRef(front().leaf);
     const bool done = ready(leaf);
     PyObject *taken = nullptr;
     if (done && g_size && g_taken == seq) {
-      last = front().node;
+      consider(front());
       taken = take_front();
     }
     Py_DECREF(leaf);
@@ -93,11 +105,8 @@ void poll() {
     if (!done) break;
   }
   g_polling = false;
-  if (g_pin) return;
-  if (g_size)
-    dctx_set_worker_context(front().node);
-  else if (last)
-    dctx_set_worker_context(last);
+  if (g_size) consider(front());
+  if (owner && !g_pin) dctx_set_worker_context(owner);
 }
 
 void on_tick(void *) {
@@ -148,7 +157,7 @@ Mode mode_of(PyObject *leaf) {
 
 // After a dispatch from `node` returned `result`: its execution is in flight until an output
 // array of it is ready. A result without arrays (nothing dispatched, a tracer) is not tracked.
-void dispatched(dctx_node node, PyObject *result) {
+void dispatched(dctx_node node, PyObject *result, bool op) {
   if (g_mode == Mode::kLatestCall) return;
   PyObject *leaf = find_leaf(result, kLeafDepth);
   PyObject *other = nullptr;  // from g_leaf_of (a new reference)
@@ -165,7 +174,7 @@ void dispatched(dctx_node node, PyObject *result) {
       dropped = take_front();
       ++g_stats[2];
     }
-    g_queue[(g_head + g_size) % kCapacity] = {node, Py_NewRef(leaf)};
+    g_queue[(g_head + g_size) % kCapacity] = {node, Py_NewRef(leaf), op};
     ++g_size;
     ++g_stats[0];
     Py_XDECREF(dropped);
@@ -181,6 +190,7 @@ void dispatched(dctx_node node, PyObject *result) {
 struct DispatchCall {
   PyObject_HEAD PyObject *fn;
   vectorcallfunc vectorcall;
+  int op;  // the wrapped callable runs eager ops (EvalTrace.process_primitive)
 };
 
 PyObject *dispatch_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -189,7 +199,7 @@ PyObject *dispatch_call(PyObject *self, PyObject *const *args, size_t nargsf, Py
   const dctx_node node = dctx_current();
   dispatching(node);
   PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-  if (result) dispatched(node, result);
+  if (result) dispatched(node, result, reinterpret_cast<DispatchCall *>(self)->op != 0);
   return result;
 }
 
@@ -199,7 +209,8 @@ PyObject *dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyErr_SetString(PyExc_TypeError, "DispatchCall() takes no keyword arguments");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "O:DispatchCall", &fn)) return nullptr;
+  int op = 0;
+  if (!PyArg_ParseTuple(args, "O|p:DispatchCall", &fn, &op)) return nullptr;
   if (!PyCallable_Check(fn)) {
     PyErr_SetString(PyExc_TypeError, "DispatchCall: the wrapped object is not callable");
     return nullptr;
@@ -209,6 +220,7 @@ PyObject *dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   Py_INCREF(fn);
   self->fn = fn;
   self->vectorcall = dispatch_call;
+  self->op = op;
   return reinterpret_cast<PyObject *>(self);
 }
 
@@ -251,8 +263,9 @@ PyType_Slot dispatch_slots[] = {
     {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
     {Py_tp_descr_get, reinterpret_cast<void *>(dispatch_get)},
     {Py_tp_members, dispatch_members},
-    {Py_tp_doc, const_cast<char *>("DispatchCall(fn): calls fn as a dispatch from the caller's "
-                                   "call path (in flight until an output array is ready)")},
+    {Py_tp_doc,
+     const_cast<char *>("DispatchCall(fn, op=False): calls fn as a dispatch from the caller's "
+                        "call path (in flight until an output array is ready)")},
     {0, nullptr},
 };
 

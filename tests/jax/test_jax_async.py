@@ -10,7 +10,7 @@ import json
 import os
 
 from deepcontext.reader import load
-from jax_helpers import has_line, under_compile
+from jax_helpers import has_line, xla_execution
 from program_helpers import line_of, run_deepcontext, write_program
 
 LOOP = """
@@ -57,21 +57,12 @@ print("loss", float(loss))
 
 
 def _pool_threads(profile):
-    """Thread frames of XLA's threads (no Python; ours and the importing of jax left out) outside
-    compilation, with their inclusive cpu_time."""
-    out = []
-    for n in profile.root.walk():
-        f = n.frame
-        if f.kind != "thread" or n.parent is None or under_compile(n):
-            continue
-        if n.parent.id == 0 and (f.name == "MainThread" or f.name.startswith("deepcontext")):
-            continue  # Python threads hang off the root
-        if f.name.startswith(("dctx", "llvm-worker")):
-            continue
-        if any(p.kind == "python" and p.name == "_find_and_load" for p in n.path()):
-            continue
-        out.append((n, n.inclusive("cpu_time")))
-    return out
+    """XLA's threads outside compilation and the importing of jax, with their cpu_time."""
+    return [
+        (n, v)
+        for n, v in xla_execution(profile)
+        if not any(f.kind == "python" and f.name == "_find_and_load" for f in n.path())
+    ]
 
 
 def test_unblocked_loop_charges_xla_threads_to_the_running_step(tmp_path):

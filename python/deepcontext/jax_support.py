@@ -468,10 +468,16 @@ def _dispatch_base():
     """The adapter's DispatchCall (a call is a dispatch, in flight until its outputs are ready);
     the core's ContextCall (the worker context is the latest call's) in a build without it."""
     lib = inflight_library()
-    return lib.dctx_jax_dispatch_type() if lib is not None else _core.ContextCall
+    try:
+        return lib.dctx_jax_dispatch_type() if lib is not None else _core.ContextCall
+    except Exception:  # a library that cannot make its type: the older behaviour, not no jax
+        return _core.ContextCall
 
 
-class _Jitted(_dispatch_base()):
+_DispatchCall = _dispatch_base()
+
+
+class _Jitted(_DispatchCall):
     """What ``jax.jit`` returns while profiling: a call is a dispatch from the caller's call path
     (module docstring), then goes to jax's own jitted function (its C++ fast path); both in C, in
     the base class. Everything else (``lower``, ``trace``, ``eval_shape``, attributes, method
@@ -545,9 +551,8 @@ def _eager_wrapper(original):
     """EvalTrace.process_primitive: an op run eagerly (outside jit) dispatches its own small
     executable, a dispatch from the Python line of the op (the adapter's DispatchCall, which
     binds as a method)."""
-    lib = inflight_library()
-    if lib is not None:
-        return lib.dctx_jax_dispatch_type()(original, True)
+    if _DispatchCall is not _core.ContextCall:
+        return _DispatchCall(original, True)
 
     def process_primitive(self, *args, **kwargs):
         if _options is not None:

@@ -39,6 +39,7 @@ PyObject *g_array_type = nullptr;  // jax.Array's implementation type
 PyObject *g_leaf_of = nullptr;     // Python: an output array of any other result, or None
 PyObject *g_on_cpu = nullptr;      // Python: whether an output array lives on XLA:CPU
 PyObject *g_is_ready = nullptr;    // "is_ready"
+PyObject *g_base_array = nullptr;  // "_base_array"
 int g_hook = 0;
 // Tracking is for XLA:CPU, where XLA's threads run the execution itself. On a GPU the threads
 // without Python only launch it, at dispatch: the worker context stays the latest call's there.
@@ -78,6 +79,8 @@ PyObject *take_front() {
 // one primitive, usually short, and the time the pool spends on a few of them between two steps
 // (or spinning down after a step) would otherwise go to whichever small op is next at the tick.
 // With none left, the context stays on a completed one (its threads may still spin down).
+// The scan stops at the first entry not done; a bisection would not do: an op may return an array
+// that was ready before it ran (random_wrap's key), so readiness is not ordered like the queue.
 // Nothing is kept across a call into jax: the GIL may change hands inside it (the sampler's tick
 // and a dispatch on the main thread both poll), so each round reads the queue afresh.
 void poll() {
@@ -160,10 +163,16 @@ Mode mode_of(PyObject *leaf) {
 void dispatched(dctx_node node, PyObject *result, bool op) {
   if (g_mode == Mode::kLatestCall) return;
   PyObject *leaf = find_leaf(result, kLeafDepth);
-  PyObject *other = nullptr;  // from g_leaf_of (a new reference)
-  if (!leaf && g_leaf_of && result != Py_None) {
-    other = PyObject_CallOneArg(g_leaf_of, result);
-    if (!other) PyErr_Clear();
+  PyObject *other = nullptr;  // a new reference
+  if (!leaf && result != Py_None) {
+    // A typed PRNG key (jax.random ops' eager results) holds its array as _base_array; anything
+    // else goes to the Python search.
+    other = PyObject_GetAttr(result, g_base_array);
+    if (!other) {
+      PyErr_Clear();
+      if (g_leaf_of) other = PyObject_CallOneArg(g_leaf_of, result);
+      if (!other) PyErr_Clear();
+    }
     if (other && is_array(other)) leaf = other;
   }
   if (leaf && g_mode == Mode::kUnknown) g_mode = mode_of(leaf);
@@ -302,6 +311,7 @@ int dctx_jax_inflight_init(PyObject *array_type, PyObject *leaf_of, PyObject *on
   g_mode = Mode::kUnknown;
   for (uint64_t &v : g_stats) v = 0;
   if (!g_is_ready) g_is_ready = PyUnicode_InternFromString("is_ready");
+  if (!g_base_array) g_base_array = PyUnicode_InternFromString("_base_array");
   if (!g_hook) g_hook = dctx_register_tick_hook(&on_tick, nullptr);
   return g_hook > 0;
 }

@@ -134,6 +134,14 @@ typedef void (*dctx_flush_fn)(int final, void *user);
 int dctx_register_flush_hook(dctx_flush_fn fn, void *user);
 void dctx_unregister_flush_hook(int handle);
 
+/* Called on the sampler thread at every tick of a Python process, with the GIL held, before the
+ * CPU time of threads without Python is placed: a layer that tracks asynchronous work (JAX's
+ * dispatched executions) moves the worker context to the work running now. fn must be quick and
+ * must not call dctx_register_tick_hook. Returns a handle > 0, or 0 when the table (8) is full. */
+typedef void (*dctx_tick_fn)(void *user);
+int dctx_register_tick_hook(dctx_tick_fn fn, void *user);
+void dctx_unregister_tick_hook(int handle);
+
 /* Names native code that no loaded object covers (JIT-compiled code such as XLA:CPU's kernels).
  * With native unwinding, fn is asked about such a pc on the sampler thread (never in a signal
  * handler), once per pc (the answer is cached): it writes up to max frame ids, outermost first,

@@ -8,11 +8,15 @@ hook finishes the work right after `import jax` completes. Then:
   ``instruction -> (op_name, source file, source line)``, HLO-op frames are interned, and the
   module is recorded under an ``xla_compile(<module>)`` node at the call site that compiled it.
   Work that XLA's compiler threads do meanwhile lands under that node.
-- ``jax.jit`` returns functions whose calls set the core's worker context to the caller's call
-  path (``deepcontext._core.current()``), so the CPU time of XLA's threads (Eigen intra-op pool,
-  the CPU client's execution threads) lands under the Python line that called the jitted
-  function. Dispatch is asynchronous: the work of a call continues after it returns, so the
-  context stays set until the next jitted call (or the end of the session).
+- ``jax.jit`` returns functions whose calls are *dispatches* from the caller's call path
+  (``deepcontext._core.current()``); ops run eagerly are dispatches from their line too. Dispatch
+  is asynchronous: an execution runs on XLA's threads (Eigen intra-op pool, the CPU client's
+  threads) after its call returned, while the program dispatches the next ones. The JAX adapter
+  (src/frameworks/jax/inflight.cpp) keeps the executions in flight, oldest first, each until an
+  output array of it is ready; the core's worker context is the call path of the oldest one
+  (XLA:CPU completes them in order), checked at each sampler tick. So XLA's CPU time lands under
+  the line whose execution runs, not under the latest call (an eager ``jax.random.split`` made
+  while the previous step still runs).
 - On NVIDIA GPUs, XLA's NVTX ranges (domain "TSL": ``XlaModule:#...#`` and
   ``Thunk:#...hlo_op=...#``) are read by the CUPTI layer (src/gpu/cupti/nvtx.cpp) at each kernel
   launch: kernels go under ``call site -> op_name path -> HLO op (model source line)``. For that
@@ -25,8 +29,13 @@ hook finishes the work right after `import jax` completes. Then:
   ``--xla_gpu_enable_command_buffer=``: each thunk launched on its own, slower); the profile's
   meta says which.
 - With ``--native`` on XLA:CPU, samples in JIT-compiled kernels (registered through the GDB JIT
-  interface) are named after their HLO instruction and op_name, with the model's source line,
-  when the core offers a symbolizer hook (``dctx_register_symbolizer``).
+  interface) are named after their HLO instruction and op_name (named scopes included), with the
+  model's source line, when the core offers a symbolizer hook (``dctx_register_symbolizer``).
+  Work that XLA:CPU's runtime does in its own library code (dots and convolutions through
+  Eigen/oneDNN, copies, sorts: thunks that are not JIT code) has no HLO op: a pc in
+  libjax_common.so is shared by every instruction of that kind, and the thunk running is not
+  recorded anywhere a sample can read it (only jax.profiler's TraceMe annotations name it). The
+  profile's meta ``jax_cpu_hlo_ops`` says so.
 - Reads of a ``jax.Array``'s value on the host (``float()``, ``bool()``, ``.item()``,
   ``np.asarray``, printing: ``ArrayImpl._value``) that fetch it are counted (``jax_host_reads``)
   at the caller's call path: each waits for its computation (the analyzer's host-sync rule).
@@ -65,6 +74,14 @@ _said: set = set()
 _env_changes: dict = {}  # variable -> value we set (restored on deactivate if still ours)
 _stats = {"compiles": 0, "hlo_ops": 0, "parse_errors": 0}
 _jit_symbols = None
+_inflight = None  # libdeepcontext_jax.so through ctypes.PyDLL (GIL held): in-flight executions
+_CPU_HLO_OPS = (
+    "XLA:CPU: samples in JIT-compiled kernels (fusions, elementwise and reduction code) are "
+    "named after their HLO op and op_name (named scopes) with --native; time in XLA:CPU's "
+    "runtime library (dots and convolutions through Eigen/oneDNN, copies, sorts) stays under "
+    "the jitted call site without an HLO op: that code is shared by all instructions of its "
+    "kind and no sample can read which thunk runs it"
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -395,12 +412,16 @@ def _compile_wrapper(original):
         # under it) that is also the worker context (XLA's compiler threads work for it).
         node = core.scope_enter(f"xla_compile({name})")
         previous = api.lib.dctx_worker_context()
-        core.set_worker_context(node)
+        lib = _inflight
+        outer = lib.dctx_jax_pin(node) if lib is not None else core.set_worker_context(node)
         start = time.perf_counter_ns()
         try:
             executable = original(backend, computation, *args, **kwargs)
         finally:
-            core.set_worker_context(previous)
+            if lib is not None:
+                lib.dctx_jax_unpin(outer, previous)
+            else:
+                core.set_worker_context(previous)
             core.scope_exit()
         api.lib.dctx_add(node, api.m_compiles, 1.0)
         api.lib.dctx_add(node, api.m_compile_time, float(time.perf_counter_ns() - start))
@@ -415,11 +436,52 @@ def _compile_wrapper(original):
     return compile_or_get_cached
 
 
-class _Jitted(_core.ContextCall):
-    """What ``jax.jit`` returns while profiling: calls set the worker context to the caller's
-    call path, then go to jax's own jitted function (its C++ fast path); both in C, in the base
-    class. Everything else (``lower``, ``trace``, ``eval_shape``, attributes, method binding) is
-    the original's, whose object is ``_dctx_fn``."""
+_JAX_LIBRARY = os.path.join(_PACKAGE_DIR, "libdeepcontext_jax.so")
+
+
+def inflight_library():
+    """libdeepcontext_jax.so's in-flight executions through ctypes.PyDLL (its functions take
+    Python objects and need the GIL), or None when this build has none."""
+    global _inflight
+    if _inflight is None and os.path.exists(_JAX_LIBRARY):
+        try:
+            lib = ctypes.PyDLL(_JAX_LIBRARY)
+            lib.dctx_jax_dispatch_type.restype = ctypes.py_object
+            lib.dctx_jax_dispatch_type.argtypes = []
+        except (OSError, AttributeError):
+            return None
+        lib.dctx_jax_inflight_init.argtypes = [ctypes.py_object] * 3
+        lib.dctx_jax_inflight_init.restype = ctypes.c_int
+        lib.dctx_jax_pin.argtypes = [ctypes.c_uint32]
+        lib.dctx_jax_pin.restype = ctypes.c_uint32
+        lib.dctx_jax_unpin.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
+        lib.dctx_jax_unpin.restype = None
+        lib.dctx_jax_inflight_clear.argtypes = []
+        lib.dctx_jax_inflight_clear.restype = None
+        lib.dctx_jax_inflight.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        lib.dctx_jax_inflight.restype = ctypes.c_long
+        _inflight = lib
+    return _inflight
+
+
+def _dispatch_base():
+    """The adapter's DispatchCall (a call is a dispatch, in flight until its outputs are ready);
+    the core's ContextCall (the worker context is the latest call's) in a build without it."""
+    lib = inflight_library()
+    try:
+        return lib.dctx_jax_dispatch_type() if lib is not None else _core.ContextCall
+    except Exception:  # a library that cannot make its type: the older behaviour, not no jax
+        return _core.ContextCall
+
+
+_DispatchCall = _dispatch_base()
+
+
+class _Jitted(_DispatchCall):
+    """What ``jax.jit`` returns while profiling: a call is a dispatch from the caller's call path
+    (module docstring), then goes to jax's own jitted function (its C++ fast path); both in C, in
+    the base class. Everything else (``lower``, ``trace``, ``eval_shape``, attributes, method
+    binding) is the original's, whose object is ``_dctx_fn``."""
 
     __slots__ = ("__weakref__",)
 
@@ -487,7 +549,10 @@ def _jit_wrapper(original):
 
 def _eager_wrapper(original):
     """EvalTrace.process_primitive: an op run eagerly (outside jit) dispatches its own small
-    executable; its worker time goes to the Python line of the op."""
+    executable, a dispatch from the Python line of the op (the adapter's DispatchCall, which
+    binds as a method)."""
+    if _DispatchCall is not _core.ContextCall:
+        return _DispatchCall(original, True)
 
     def process_primitive(self, *args, **kwargs):
         if _options is not None:
@@ -825,7 +890,6 @@ class JitSymbols:
         return module, name, self.ops.get((module, name))
 
 
-_JAX_LIBRARY = os.path.join(_PACKAGE_DIR, "libdeepcontext_jax.so")
 _jax_lib = None
 
 
@@ -979,6 +1043,7 @@ def _on_jax_imported() -> None:
         _api = _Api()
         _current = _api.core.current
         _set_worker = _api.core.set_worker_context
+        _start_inflight(jax)
         _patch(compiler, "compile_or_get_cached", _compile_wrapper)
         _patch(jax, "jit", _jit_wrapper)
         from jax._src import core as jax_core
@@ -1008,6 +1073,57 @@ def _on_jax_imported() -> None:
         _say(f"jax: integration disabled: {exc}", key="disabled")
 
 
+def _start_inflight(jax) -> None:
+    lib = inflight_library()
+    if lib is None:
+        _meta("jax_worker_context", "latest jitted call (this build has no libdeepcontext_jax.so)")
+        return
+    from jax._src import array as jax_array
+    from jax._src import core as jax_core
+
+    array_type, tracer, tree_leaves = (
+        jax_array.ArrayImpl,
+        jax_core.Tracer,
+        jax.tree_util.tree_leaves,
+    )
+
+    def leaf_of(result):
+        """An output array of a result that the adapter's quick search (tuples, lists and dicts
+        of arrays) misses: a typed PRNG key's base array, a leaf of another pytree."""
+        if isinstance(result, tracer):
+            return None
+        for leaf in reversed(tree_leaves(result)):
+            leaf = getattr(leaf, "_base_array", leaf)
+            if isinstance(leaf, array_type):
+                return leaf
+        return None
+
+    def on_cpu(array):
+        return all(d.platform == "cpu" for d in array.devices())
+
+    polled = lib.dctx_jax_inflight_init(array_type, leaf_of, on_cpu)
+    _meta(
+        "jax_worker_context",
+        "oldest execution in flight (checked at each sampler tick)"
+        if polled
+        else "oldest execution in flight (checked at each dispatch: no sampler tick hook free)",
+    )
+    _meta("jax_cpu_hlo_ops", _CPU_HLO_OPS)
+
+
+def inflight_stats() -> dict:
+    """Executions in flight now, tracked so far, results without an output array, and entries
+    taken as done because the queue was full."""
+    lib = _inflight
+    if lib is None:
+        return {}
+    v = (ctypes.c_uint64 * 3)()
+    now = lib.dctx_jax_inflight(v, 3)
+    if now < 0:
+        return {"tracked": "no (not XLA:CPU: the worker context is the latest call's)"}
+    return {"in_flight": now, "tracked": v[0], "without_array": v[1], "dropped": v[2]}
+
+
 def deactivate() -> None:
     global _options, _installed, _jit_symbols
     _remove_finder()
@@ -1016,6 +1132,12 @@ def deactivate() -> None:
             _api.core.set_worker_context(0)
         except Exception:
             pass
+        stats = inflight_stats()
+        if stats:
+            _meta("jax_dispatches", json.dumps(stats))
+            if "in_flight" not in stats:
+                _meta("jax_worker_context", "latest call (executions not on XLA:CPU)")
+            _inflight.dctx_jax_inflight_clear()
         _meta("jax_compiled_modules", str(_stats["compiles"]))
         _meta("jax_hlo_ops", str(_stats["hlo_ops"]))
         stats = nvtx_stats()

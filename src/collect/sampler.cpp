@@ -455,6 +455,20 @@ void tick_native(State &s) {
 #endif
 }
 
+// dctx_register_tick_hook's table: slots written under g_tick_mu, read by the sampler lock-free.
+constexpr int kTickHooks = 8;
+struct TickHook {
+  std::atomic<dctx_tick_fn> fn{nullptr};
+  void *user = nullptr;
+};
+TickHook g_tick_hooks[kTickHooks];
+std::mutex g_tick_mu;
+
+void run_tick_hooks() {
+  for (TickHook &h : g_tick_hooks)
+    if (dctx_tick_fn fn = h.fn.load(std::memory_order_acquire)) fn(h.user);
+}
+
 void loop(State *s) {
   pthread_setname_np(pthread_self(), "dctx-sampler");
   s->self_tid = static_cast<pid_t>(syscall(SYS_gettid));
@@ -478,6 +492,7 @@ void loop(State *s) {
       uint64_t wall_delta = wall - s->last_wall;
       s->last_wall = wall;
       tick(*s, wall_delta);
+      run_tick_hooks();
       PyGILState_Release(gs);
       tick_native(*s);
     }
@@ -576,3 +591,22 @@ void sampler_hide_current_thread() {
 }
 
 }  // namespace dctx
+
+extern "C" int dctx_register_tick_hook(dctx_tick_fn fn, void *user) {
+  std::lock_guard lock(dctx::g_tick_mu);
+  for (int i = 0; i < dctx::kTickHooks; ++i) {
+    dctx::TickHook &h = dctx::g_tick_hooks[i];
+    if (!h.fn.load(std::memory_order_relaxed)) {
+      h.user = user;
+      h.fn.store(fn, std::memory_order_release);
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
+extern "C" void dctx_unregister_tick_hook(int handle) {
+  if (handle < 1 || handle > dctx::kTickHooks) return;
+  std::lock_guard lock(dctx::g_tick_mu);
+  dctx::g_tick_hooks[handle - 1].fn.store(nullptr, std::memory_order_release);
+}

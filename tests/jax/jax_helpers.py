@@ -18,14 +18,14 @@ def under_compile(node) -> bool:
 def xla_execution(profile, python_threads=("MainThread",)):
     """Thread frames of the threads that run no Python (XLA's pools), outside compilation, with
     their inclusive cpu_time: [(thread node, cpu_time)]. Python threads hang off the root under
-    their own names; a pool thread sits under the worker context a layer set, or under the root
-    when none was set (counted too: that time is unattributed)."""
+    their own names (ours, ``deepcontext-*``, too); a pool thread sits under the worker context a
+    layer set, or under the root when none was set (counted too: that time is unattributed)."""
     out = []
     for n in profile.root.walk():
         f = n.frame
         if f.kind != "thread" or n.parent is None:
             continue
-        if n.parent.id == 0 and f.name in python_threads:
+        if n.parent.id == 0 and (f.name in python_threads or f.name.startswith("deepcontext")):
             continue
         if under_compile(n) or f.name.startswith("llvm-worker"):
             continue

@@ -35,6 +35,18 @@ bool read_memory(uintptr_t addr, void *out, size_t n) {
   return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
 }
 
+// "lo-hi perms ..." of a /proc/self/maps line; perms points at the permission letters.
+bool parse_mapping(const char *line, uintptr_t *lo, uintptr_t *hi, const char **perms) {
+  char *end = nullptr;
+  *lo = std::strtoul(line, &end, 16);
+  if (end == line || *end != '-') return false;
+  const char *second = end + 1;
+  *hi = std::strtoul(second, &end, 16);
+  if (end == second || *end != ' ') return false;
+  *perms = end + 1;
+  return *hi > *lo;
+}
+
 // The end of the mapping that holds addr, from /proc/self/maps; 0 if none.
 uintptr_t mapping_end(uintptr_t addr) {
   FILE *f = std::fopen("/proc/self/maps", "re");
@@ -42,8 +54,9 @@ uintptr_t mapping_end(uintptr_t addr) {
   char line[512];
   uintptr_t end = 0;
   while (std::fgets(line, sizeof line, f)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && addr >= lo && addr < hi) {
+    uintptr_t lo = 0, hi = 0;
+    const char *perms = nullptr;
+    if (parse_mapping(line, &lo, &hi, &perms) && addr >= lo && addr < hi) {
       end = hi;
       break;
     }
@@ -68,14 +81,15 @@ void *probe(void *arg) {
   std::vector<unsigned char> buf(n);
   if (!read_memory(self, buf.data(), n)) return nullptr;
   const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
-  const void *start = reinterpret_cast<const void *>(&probe);
+  const auto start = reinterpret_cast<uintptr_t>(&probe);
+  const auto given = reinterpret_cast<uintptr_t>(arg);
   Layout l;
   bool tid_found = false, start_found = false;
-  for (size_t off = 0; off + sizeof(void *) * 2 <= n; off += sizeof(void *)) {
-    const void *a, *b;
+  for (size_t off = 0; off + sizeof(uintptr_t) * 2 <= n; off += sizeof(uintptr_t)) {
+    uintptr_t a = 0, b = 0;
     std::memcpy(&a, &buf[off], sizeof a);
     std::memcpy(&b, &buf[off + sizeof a], sizeof b);
-    if (!start_found && a == start && b == arg) {
+    if (!start_found && a == start && b == given) {
       l.start_off = off;
       l.arg_off = off + sizeof a;
       start_found = true;
@@ -157,10 +171,10 @@ std::string describe_start_routine(const void *start_routine, const void *arg) {
   if (starts_with(lib, "libstdc++") && arg) {
     // std::thread: the argument is its state object, whose vtable names the callable and lives
     // in the library that started the thread.
-    const void *vtable = nullptr;
+    uintptr_t vtable = 0;
     Dl_info v{};
-    if (read_memory(reinterpret_cast<uintptr_t>(arg), &vtable, sizeof vtable) && vtable &&
-        dladdr(vtable, &v) && v.dli_fname) {
+    if (read_memory(reinterpret_cast<uintptr_t>(arg), &vtable, sizeof vtable) && vtable != 0 &&
+        dladdr(reinterpret_cast<const void *>(vtable), &v) && v.dli_fname) {
       const std::string owner = base_name(v.dli_fname);
       const std::string callable = v.dli_sname ? thread_callable(demangle(v.dli_sname)) : "";
       return (callable.empty() ? "std::thread" : callable) + " (" + owner + ")";
@@ -184,10 +198,10 @@ std::vector<std::string> thread_origins(const std::vector<pid_t> &tids) {
   char line[512];
   size_t left = wanted.size();
   while (left > 0 && std::fgets(line, sizeof line, f)) {
-    unsigned long lo = 0, hi = 0;
-    char perms[8] = {};
-    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' ||
-        perms[1] != 'w' || hi - lo < l.from_end)
+    uintptr_t lo = 0, hi = 0;
+    const char *perms = nullptr;
+    if (!parse_mapping(line, &lo, &hi, &perms) || perms[0] != 'r' || perms[1] != 'w' ||
+        hi - lo < l.from_end)
       continue;
     const uintptr_t desc = hi - l.from_end;
     uintptr_t first = 0;
@@ -196,11 +210,12 @@ std::vector<std::string> thread_origins(const std::vector<pid_t> &tids) {
     if (!read_memory(desc + l.tid_off, &tid, sizeof tid)) continue;
     auto it = wanted.find(tid);
     if (it == wanted.end() || !out[it->second].empty()) continue;
-    const void *start = nullptr, *arg = nullptr;
+    uintptr_t start = 0, arg = 0;
     if (!read_memory(desc + l.start_off, &start, sizeof start) ||
         !read_memory(desc + l.arg_off, &arg, sizeof arg))
       continue;
-    out[it->second] = describe_start_routine(start, arg);
+    out[it->second] = describe_start_routine(reinterpret_cast<const void *>(start),
+                                             reinterpret_cast<const void *>(arg));
     if (!out[it->second].empty()) --left;
   }
   std::fclose(f);

@@ -104,7 +104,12 @@ dctx_node dctx_worker_context(void);
 /* Depth of the calling thread's context stack (0 = no framework/GPU/scope frame open). */
 size_t dctx_stack_depth(void);
 
-/* Tree building. */
+/* Tree building.
+ * Ids are checked: a node, frame or metric id that this process's tree never handed out is not
+ * used, and the profile's notes say once that calls with an unknown id were ignored. dctx_child
+ * (and dctx_enter/dctx_enter_id with an unknown frame id) then returns 0, the root; dctx_enter_node
+ * pushes the root; dctx_retarget, dctx_set_worker_context, dctx_set_prop and the dctx_add family
+ * do nothing; dctx_parent returns 0 and dctx_path 0. */
 uint32_t dctx_frame_id(const dctx_frame *frame);
 dctx_node dctx_child(dctx_node parent, uint32_t frame_id);
 dctx_node dctx_parent(dctx_node node);

@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <regex>
 #include <set>
+
+#include "analyzer/text.h"
 
 namespace dctx::analyzer {
 
@@ -269,9 +270,6 @@ std::vector<int> executed_nodes(const Query &q, int kind) {
 }
 
 bool in_model_transfer(const Query &q, int node) {
-  static const std::regex module_file(R"(torch/nn/modules/module\.py$)");
-  static const std::regex transfer(
-      R"(^Module\.(to|cuda|_apply|to_empty|xpu|mps|cpu|half|float|bfloat16)$)");
   static thread_local uint64_t cached_for = 0;
   static thread_local std::vector<int8_t> cache;
   const Profile &p = q.profile();
@@ -284,7 +282,12 @@ bool in_model_transfer(const Query &q, int node) {
     int8_t &c = cache[static_cast<size_t>(p.frame[a])];
     if (c < 0) {
       const Frame &f = q.frame(a);
-      c = std::regex_search(f.name, transfer) && std::regex_search(f.file, module_file) ? 1 : 0;
+      c = text::equals_any(f.name, {"Module.to", "Module.cuda", "Module._apply", "Module.to_empty",
+                                    "Module.xpu", "Module.mps", "Module.cpu", "Module.half",
+                                    "Module.float", "Module.bfloat16"}) &&
+                  f.file.ends_with("torch/nn/modules/module.py")
+              ? 1
+              : 0;
     }
     if (c) return true;
   }
@@ -321,14 +324,12 @@ std::optional<double> py_float(const Value &v) {
 }
 
 std::optional<int64_t> meta_int(const Query &q, std::initializer_list<const char *> keys) {
-  static const std::regex digits(R"(\d+)");
   for (const char *k : keys) {
     const std::string *v = q.profile().meta_value(k);
     if (!v) continue;
     auto f = py_float(Value(*v));
-    if (f && !std::isnan(*f)) return static_cast<int64_t>(*f);
-    std::smatch m;
-    if (std::regex_search(*v, m, digits)) return std::stoll(m.str());
+    if (f && std::fabs(*f) < 9.2e18) return static_cast<int64_t>(*f);  // NaN, inf: no
+    if (auto d = text::to_int(text::first_digits(*v))) return d;
   }
   return std::nullopt;
 }

@@ -3,9 +3,12 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -43,6 +46,11 @@ std::string text(sqlite3_stmt *st, int col) {
            : std::string();
 }
 
+// The tables a profile must have; each is read whole, so each must be a real table (a view can
+// recurse without end).
+const char *const kTables[] = {"meta",    "strings",      "frames",    "nodes",
+                               "metrics", "node_metrics", "node_props"};
+
 class Loader {
  public:
   Loader(const std::string &path, sqlite3 *db) : path_(path), db_(db) {}
@@ -58,10 +66,32 @@ class Loader {
     corrupt();
     return false;
   }
-  [[noreturn]] void corrupt() {
-    throw ProfileError(path_ + ": corrupt profile (" + sqlite3_errmsg(db_) + ")");
+  [[noreturn]] void corrupt() { bad(sqlite3_errmsg(db_)); }
+  [[noreturn]] void bad(const std::string &what) {
+    throw ProfileError(path_ + ": corrupt profile (" + what + ")");
   }
   int64_t pragma(const char *sql) {
+    Stmt s;
+    prepare(s, sql);
+    return step(s) ? sqlite3_column_int64(s.st, 0) : 0;
+  }
+  // Column col of table's current row as an integer; anything else (text, a real, NULL) is refused.
+  int64_t integer(Stmt &s, int col, const char *table) {
+    if (sqlite3_column_type(s.st, col) != SQLITE_INTEGER) {
+      bad(std::string(table) + "." + sqlite3_column_name(s.st, col) + " is not an integer");
+    }
+    return sqlite3_column_int64(s.st, col);
+  }
+  // A finite number (an integer or a real).
+  double number(Stmt &s, int col, const char *table) {
+    int t = sqlite3_column_type(s.st, col);
+    double v = sqlite3_column_double(s.st, col);
+    if ((t != SQLITE_INTEGER && t != SQLITE_FLOAT) || !std::isfinite(v)) {
+      bad(std::string(table) + "." + sqlite3_column_name(s.st, col) + " is not a finite number");
+    }
+    return v;
+  }
+  int64_t rows(const char *sql) {
     Stmt s;
     prepare(s, sql);
     return step(s) ? sqlite3_column_int64(s.st, 0) : 0;
@@ -70,9 +100,23 @@ class Loader {
   Profile load();
 
  private:
+  void check_tables();
+
   const std::string &path_;
   sqlite3 *db_;
 };
+
+void Loader::check_tables() {
+  Stmt s;
+  prepare(s, "SELECT type FROM sqlite_master WHERE name = ?1 COLLATE NOCASE");
+  for (const char *t : kTables) {
+    sqlite3_reset(s.st);
+    sqlite3_bind_text(s.st, 1, t, -1, SQLITE_STATIC);
+    if (!step(s)) bad(std::string("no such table: ") + t);
+    std::string type = text(s.st, 0);
+    if (type != "table") bad(std::string(t) + " is a " + type + ", not a table");
+  }
+}
 
 Profile Loader::load() {
   static std::atomic<uint64_t> next_uid{1};
@@ -86,6 +130,7 @@ Profile Loader::load() {
     if (check != "ok")
       throw ProfileError(path_ + ": corrupt profile (integrity check: " + check + ")");
   }
+  check_tables();
   {
     Stmt s;
     prepare(s, "SELECT key, value FROM meta");
@@ -95,64 +140,78 @@ Profile Loader::load() {
   {
     Stmt s;
     prepare(s, "SELECT id, s FROM strings");
-    while (step(s)) strings[sqlite3_column_int64(s.st, 0)] = text(s.st, 1);
+    while (step(s)) strings[integer(s, 0, "strings")] = text(s.st, 1);
   }
   auto str = [&](int64_t id) -> std::string {
     auto it = strings.find(id);
     return it == strings.end() ? std::string() : it->second;
   };
+  // Ids index arrays: they are checked against the row counts before anything is sized by them,
+  // so a small file cannot ask for a huge allocation.
+  std::vector<char> frame_present;
   {
+    int64_t count = rows("SELECT COUNT(*) FROM frames");
+    p.frames.resize(static_cast<size_t>(std::max<int64_t>(count, 1)));
+    frame_present.assign(p.frames.size(), 0);
+    frame_present[0] = count == 0;  // no frames at all: the root's frame is implied
     Stmt s;
     prepare(s, "SELECT id, kind, name, file, line, module FROM frames");
     while (step(s)) {
-      int64_t id = sqlite3_column_int64(s.st, 0);
-      if (id < 0 || id > (1 << 30)) corrupt();
-      if (static_cast<size_t>(id) >= p.frames.size()) p.frames.resize(static_cast<size_t>(id) + 1);
+      int64_t id = integer(s, 0, "frames");
+      if (id < 0 || id >= count) {
+        bad("frame id " + std::to_string(id) + " outside 0.." + std::to_string(count - 1));
+      }
       Frame &f = p.frames[static_cast<size_t>(id)];
-      int kind = sqlite3_column_int(s.st, 1);
-      f.kind = kind;
-      f.kind_name = kind >= 0 && kind < 16 ? kKindNames[kind] : "kind" + std::to_string(kind);
-      f.name = str(sqlite3_column_int64(s.st, 2));
-      f.file = str(sqlite3_column_int64(s.st, 3));
-      f.line = sqlite3_column_int64(s.st, 4);
-      f.module = str(sqlite3_column_int64(s.st, 5));
+      frame_present[static_cast<size_t>(id)] = 1;
+      int64_t kind = integer(s, 1, "frames");
+      if (kind < 0 || kind > INT32_MAX)
+        bad("frame " + std::to_string(id) + " has kind " + std::to_string(kind));
+      f.kind = static_cast<int>(kind);
+      f.kind_name = kind < 16 ? kKindNames[kind] : "kind" + std::to_string(kind);
+      f.name = str(integer(s, 2, "frames"));
+      f.file = str(integer(s, 3, "frames"));
+      f.line = integer(s, 4, "frames");
+      f.module = str(integer(s, 5, "frames"));
     }
-    if (p.frames.empty()) p.frames.resize(1);
   }
   {
-    Stmt s;
-    prepare(s, "SELECT id, parent, frame FROM nodes ORDER BY id");
-    std::vector<std::array<int64_t, 3>> rows;
-    while (step(s)) {
-      rows.push_back({sqlite3_column_int64(s.st, 0), sqlite3_column_int64(s.st, 1),
-                      sqlite3_column_int64(s.st, 2)});
-    }
-    size_t n = rows.empty() ? 1 : static_cast<size_t>(rows.back()[0]) + 1;
+    int64_t count = rows("SELECT COUNT(*) FROM nodes");
+    if (count > INT32_MAX) bad("more nodes than a profile may hold");
+    size_t n = static_cast<size_t>(std::max<int64_t>(count, 1));
     p.parent.assign(n, 0);
     p.frame.assign(n, 0);
     std::vector<int32_t> nkids(n + 1, 0);
-    for (const auto &[id, parent, frame] : rows) {
+    Stmt s;
+    prepare(s, "SELECT id, parent, frame FROM nodes ORDER BY id");
+    int64_t expect = 0;  // ids are dense: 0 (the root), 1, ... count - 1
+    while (step(s)) {
+      int64_t id = integer(s, 0, "nodes");
+      int64_t parent = integer(s, 1, "nodes");
+      int64_t frame = integer(s, 2, "nodes");
+      if (id != expect++) {
+        bad("node ids are not 0.." + std::to_string(count - 1) + " (found " + std::to_string(id) +
+            ")");
+      }
       if (id == 0) continue;
       if (parent >= id || parent < 0) {
-        throw ProfileError(path_ + ": corrupt profile (node " + std::to_string(id) +
-                           " has parent " + std::to_string(parent) + ")");
+        bad("node " + std::to_string(id) + " has parent " + std::to_string(parent));
       }
-      if (frame < 0 || static_cast<size_t>(frame) >= p.frames.size()) {
-        throw ProfileError(path_ + ": corrupt profile (node " + std::to_string(id) +
-                           " has no frame " + std::to_string(frame) + ")");
+      if (frame < 0 || static_cast<size_t>(frame) >= p.frames.size() ||
+          !frame_present[static_cast<size_t>(frame)]) {
+        bad("node " + std::to_string(id) + " has no frame " + std::to_string(frame));
       }
       p.parent[static_cast<size_t>(id)] = static_cast<int32_t>(parent);
       p.frame[static_cast<size_t>(id)] = static_cast<int32_t>(frame);
       ++nkids[static_cast<size_t>(parent)];
     }
+    if (expect != count) bad("the nodes table changed while it was read");
     p.child_begin.assign(n + 1, 0);
     for (size_t i = 0; i < n; ++i) p.child_begin[i + 1] = p.child_begin[i] + nkids[i];
     p.child_list.assign(static_cast<size_t>(p.child_begin[n]), 0);
     std::vector<int32_t> fill(p.child_begin.begin(), p.child_begin.end() - 1);
-    for (const auto &row : rows) {
-      if (row[0] == 0) continue;
-      p.child_list[static_cast<size_t>(fill[static_cast<size_t>(row[1])]++)] =
-          static_cast<int32_t>(row[0]);
+    for (size_t id = 1; id < n; ++id) {
+      p.child_list[static_cast<size_t>(fill[static_cast<size_t>(p.parent[id])]++)] =
+          static_cast<int32_t>(id);
     }
   }
   std::unordered_map<int64_t, size_t> by_id;
@@ -163,28 +222,31 @@ Profile Loader::load() {
       MetricValues m;
       m.name = text(s.st, 1);
       m.unit = text(s.st, 2);
-      m.slot.assign(p.size(), -1);
       // a name the table repeats keeps its first place (reader: a dict by name)
       size_t idx = p.metrics.size();
       for (size_t i = 0; i < p.metrics.size(); ++i) {
         if (p.metrics[i].name == m.name) idx = i;
       }
-      if (idx == p.metrics.size()) p.metrics.push_back(std::move(m));
-      by_id[sqlite3_column_int64(s.st, 0)] = idx;
+      if (idx == p.metrics.size()) {
+        m.slot.assign(p.size(), -1);
+        p.metrics.push_back(std::move(m));
+      }
+      by_id[integer(s, 0, "metrics")] = idx;
     }
   }
   {
     Stmt s;
     prepare(s, "SELECT node, metric, sum, count, min, max, inc FROM node_metrics");
     while (step(s)) {
-      auto it = by_id.find(sqlite3_column_int64(s.st, 1));
+      auto it = by_id.find(integer(s, 1, "node_metrics"));
       if (it == by_id.end()) continue;
-      int64_t node = sqlite3_column_int64(s.st, 0);
+      int64_t node = integer(s, 0, "node_metrics");
       if (node < 0 || static_cast<size_t>(node) >= p.size()) continue;
+      MetricValue v{number(s, 2, "node_metrics"), number(s, 4, "node_metrics"),
+                    number(s, 5, "node_metrics"), number(s, 6, "node_metrics"),
+                    integer(s, 3, "node_metrics")};
+      if (v.count < 0) bad("node " + std::to_string(node) + " has a negative count");
       MetricValues &m = p.metrics[it->second];
-      MetricValue v{sqlite3_column_double(s.st, 2), sqlite3_column_double(s.st, 4),
-                    sqlite3_column_double(s.st, 5), sqlite3_column_double(s.st, 6),
-                    sqlite3_column_int64(s.st, 3)};
       int32_t &slot = m.slot[static_cast<size_t>(node)];
       if (slot >= 0) {
         m.values[static_cast<size_t>(slot)] = v;
@@ -199,7 +261,9 @@ Profile Loader::load() {
     Stmt s;
     prepare(s, "SELECT node, key, value FROM node_props");
     while (step(s)) {
-      p.props[static_cast<int>(sqlite3_column_int64(s.st, 0))][text(s.st, 1)] = text(s.st, 2);
+      int64_t node = integer(s, 0, "node_props");
+      if (node < 0 || static_cast<size_t>(node) >= p.size()) continue;
+      p.props[static_cast<int>(node)][text(s.st, 1)] = text(s.st, 2);
     }
   }
   return p;

@@ -73,7 +73,7 @@ struct Profile {
   uint64_t uid = 0;  // distinct for every loaded profile (keys per-frame caches)
   std::string path;
   std::map<std::string, std::string> meta;
-  std::vector<Frame> frames;  // by frame id (ids are dense in practice; gaps hold root frames)
+  std::vector<Frame> frames;  // by frame id (below the row count: the loader checks)
   std::vector<int32_t> parent;
   std::vector<int32_t> frame;
   std::vector<int32_t>

@@ -7,6 +7,8 @@
 #include <map>
 #include <unordered_set>
 
+#include "analyzer/text.h"
+
 namespace dctx::analyzer {
 
 std::string abspath(const std::string &path) {
@@ -39,18 +41,27 @@ std::string abspath(const std::string &path) {
 
 namespace {
 
-const std::regex &stdlib_re() {
-  static const std::regex re(R"(/lib/python\d+(\.\d+)?/)");
-  return re;
+// A file of Python's standard library: /lib/python3/ or /lib/python3.11/ in its path.
+bool in_stdlib(std::string_view p) {
+  constexpr std::string_view kLib = "/lib/python";
+  for (size_t i = p.find(kLib); i != std::string_view::npos; i = p.find(kLib, i + 1)) {
+    size_t k = i + kLib.size();
+    size_t major = text::digits_at(p, k);
+    if (major == 0) continue;
+    k += major;
+    if (k < p.size() && p[k] == '.') {
+      size_t minor = text::digits_at(p, k + 1);
+      if (minor == 0) continue;
+      k += 1 + minor;
+    }
+    if (k < p.size() && p[k] == '/') return true;
+  }
+  return false;
 }
 
 }  // namespace
 
-FrameRegex::FrameRegex(const std::string &pattern, bool icase, Field field)
-    : re_(pattern, icase ? std::regex::ECMAScript | std::regex::icase : std::regex::ECMAScript),
-      field_(field) {}
-
-bool FrameRegex::search(const Profile &p, int node) const {
+bool FrameMatch::search(const Profile &p, int node) const {
   size_t f = static_cast<size_t>(p.frame[node]);
   if (cache_uid_ != p.uid) {
     cache_.assign(p.frames.size(), -1);
@@ -58,7 +69,7 @@ bool FrameRegex::search(const Profile &p, int node) const {
   }
   if (cache_[f] < 0) {
     const Frame &fr = p.frames[f];
-    cache_[f] = std::regex_search(field_ == Field::kName ? fr.name : fr.file, re_) ? 1 : 0;
+    cache_[f] = test_(field_ == Field::kName ? fr.name : fr.file) ? 1 : 0;
   }
   return cache_[f] == 1;
 }
@@ -71,7 +82,7 @@ bool is_user_file(const std::string &path, const std::string &pkg_dir) {
       p.find("/dist-packages/") != std::string::npos) {
     return false;
   }
-  if (std::regex_search(p, stdlib_re())) return false;
+  if (in_stdlib(p)) return false;
   if (!pkg_dir.empty() && abspath(path).starts_with(pkg_dir + "/")) return false;
   return true;
 }
@@ -201,7 +212,7 @@ std::vector<int> Query::subtree(int n) const {
   return out;
 }
 
-std::vector<int> Query::descendants(int n, int kind_filter, const FrameRegex *re) const {
+std::vector<int> Query::descendants(int n, int kind_filter, const FrameMatch *re) const {
   std::vector<int> out, stack{n};
   while (!stack.empty()) {
     int x = stack.back();

@@ -6,7 +6,6 @@
 
 #include <functional>
 #include <optional>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,16 +41,18 @@ struct Group {
 
 enum class GroupBy { kLine, kFunction, kOperator, kLeafOperator, kModule, kKernel, kFrame };
 
-// A regex tested against one field of a node's frame, cached per frame.
-class FrameRegex {
+// A rule's pattern (a plain string test, analyzer/text.h) over one field of a node's frame,
+// cached per frame.
+class FrameMatch {
  public:
   enum class Field { kName, kFile };
-  FrameRegex(const std::string &pattern, bool icase, Field field = Field::kName);
+  using Test = bool (*)(std::string_view);
+  explicit FrameMatch(Test test, Field field = Field::kName) : test_(test), field_(field) {}
   bool search(const Profile &p, int node) const;
-  bool search(const std::string &s) const { return std::regex_search(s, re_); }
+  bool search(std::string_view s) const { return test_(s); }
 
  private:
-  std::regex re_;
+  Test test_;
   Field field_;
   mutable uint64_t cache_uid_ = 0;
   mutable std::vector<int8_t> cache_;
@@ -117,7 +118,7 @@ class Query {
 
   // -- navigation
   std::vector<int> subtree(int n) const;  // n first, then depth-first (last child first)
-  std::vector<int> descendants(int n, int kind_filter = -1, const FrameRegex *re = nullptr) const;
+  std::vector<int> descendants(int n, int kind_filter = -1, const FrameMatch *re = nullptr) const;
   std::vector<int> ancestors(int n) const;  // nearest first, root excluded
   bool in_subtree(int n, int ancestor) const;
   std::vector<std::string> path_labels(int n) const;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "analyzer/engine.h"
+#include "analyzer/text.h"
 
 namespace dctx::analyzer {
 
@@ -218,10 +219,16 @@ struct GpuSaving {
 // What index_select would not run (sort, the duplicate-accumulating kernel, the index helpers)
 // minus an atomic scatter costing kScatterOverGather x the forward gather.
 GpuSaving gpu_saving(const Query &q, const std::vector<int> &b_nodes, double fwd) {
-  static const FrameRegex kept_re(
-      R"(^aten::(new_zeros|zeros|zeros_like|zero_|fill_|contiguous|clone)$)", false);
-  static const FrameRegex sort_re("RadixSort|radix_sort|segmented_sort|sort", true);
-  static const FrameRegex acc_re("indexing_backward|index_put|put_kernel", true);
+  static const FrameMatch kept_re([](std::string_view s) {
+    return text::equals_any(s, {"aten::new_zeros", "aten::zeros", "aten::zeros_like", "aten::zero_",
+                                "aten::fill_", "aten::contiguous", "aten::clone"});
+  });
+  static const FrameMatch sort_re([](std::string_view s) {  // RadixSort, segmented_sort, ...
+    return text::contains_any(s, {"sort"}, true);
+  });
+  static const FrameMatch acc_re([](std::string_view s) {
+    return text::contains_any(s, {"indexing_backward", "index_put", "put_kernel"}, true);
+  });
   GpuSaving g;
   double bwd = 0;
   for (int c : b_nodes) bwd += q.inc(c, "gpu_time");
@@ -257,7 +264,9 @@ GpuSaving gpu_saving(const Query &q, const std::vector<int> &b_nodes, double fwd
 }
 
 void index_backward(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex put_re("index_put|IndexBackward|indexing_backward", false);
+  static const FrameMatch put_re([](std::string_view s) {
+    return text::contains_any(s, {"index_put", "IndexBackward", "indexing_backward"});
+  });
   std::string m = op_metric(q);
   std::vector<int> ops;
   for (int op : q.find("aten::index", kOperator)) {

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <regex>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "analyzer/engine.h"
+#include "analyzer/text.h"
 
 namespace dctx::analyzer {
 
@@ -20,11 +20,16 @@ Value py_sum(double s, size_t n) { return n ? Value(s) : Value(int64_t{0}); }
 // -- channels-last ------------------------------------------------------------------------------
 
 void channels_last(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex layout(
-      "nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHW.?to.?NHWC|NHWC.?to.?NCHW|convertTensor|"
-      "transpose_readWrite|tensorTransformGeneric",
-      true);
-  static const FrameRegex conv_op("conv|cudnn", true);
+  static const FrameMatch layout([](std::string_view s) {
+    return text::contains_any(s,
+                              {"nchw2nhwc", "nhwc2nchw", "convertTensor", "transpose_readWrite",
+                               "tensorTransformGeneric"},
+                              true) ||
+           text::joined(s, "nchw", "to", "nhwc", true) ||
+           text::joined(s, "nhwc", "to", "nchw", true);
+  });
+  static const FrameMatch conv_op(
+      [](std::string_view s) { return text::contains_any(s, {"conv", "cudnn"}, true); });
   const Profile &p = q.profile();
   std::vector<int> kernels;
   for (int n : executed_nodes(q, kKernel)) {
@@ -114,14 +119,24 @@ std::optional<double> capability(const Query &q) {
 }
 
 void tensor_cores(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex gemm_conv("gemm|gemv|conv|cutlass|xmma|wgrad|dgrad|fprop", true);
-  static const FrameRegex fp32_simt(
-      "sgemm|_s\\d*gemm|gemmSN|simt|fp32|f32f32|implicit_convolve_sgemm|scudnn|sgemv|gemv2T|"
-      "convolve_sgemm",
-      true);
-  static const FrameRegex tensor_core(
-      "tf32|h\\d{3,4}|s\\d{4}gemm|hmma|imma|bf16|f16|fp16|half|tensorop|_tc_|sm90_xmma|gmma|wgmma",
-      true);
+  static const FrameMatch gemm_conv([](std::string_view s) {
+    return text::contains_any(
+        s, {"gemm", "gemv", "conv", "cutlass", "xmma", "wgrad", "dgrad", "fprop"}, true);
+  });
+  static const FrameMatch fp32_simt([](std::string_view s) {  // convolve_sgemm: sgemm
+    return text::contains_any(
+               s, {"sgemm", "gemmSN", "simt", "fp32", "f32f32", "scudnn", "sgemv", "gemv2T"},
+               true) ||
+           text::digits_between(s, "_s", 0, SIZE_MAX, "gemm", true);
+  });
+  static const FrameMatch tensor_core([](std::string_view s) {
+    return text::contains_any(s,
+                              {"tf32", "hmma", "imma", "bf16", "f16", "fp16", "half", "tensorop",
+                               "_tc_", "sm90_xmma", "gmma", "wgmma"},
+                              true) ||
+           text::digits_between(s, "h", 3, 4, "", true) ||
+           text::digits_between(s, "s", 4, 4, "gemm", true);
+  });
   auto cc = capability(q);
   if (cc && *cc < 8.0) return;
   const Profile &p = q.profile();
@@ -172,14 +187,19 @@ void tensor_cores(const Query &q, const Context &, std::vector<Finding> &out) {
 
 // -- low-occupancy ------------------------------------------------------------------------------
 
+// Blocks of a grid prop such as "(528, 1, 1)": the product of its first three numbers; nullopt
+// when it has none or they overflow (a grid no device runs).
 std::optional<int64_t> grid_blocks(const std::string *v) {
-  static const std::regex digits(R"(\d+)");
-  if (!v || v->empty()) return std::nullopt;
+  if (!v) return std::nullopt;
   int64_t out = 1;
   int seen = 0;
-  for (auto it = std::sregex_iterator(v->begin(), v->end(), digits); it != std::sregex_iterator();
-       ++it) {
-    if (seen++ < 3) out *= std::stoll(it->str());
+  std::string_view rest = *v;
+  for (std::string_view d = text::first_digits(rest); !d.empty() && seen < 3;
+       d = text::first_digits(rest), ++seen) {
+    auto x = text::to_int(d);
+    if (!x || (*x && out > INT64_MAX / *x)) return std::nullopt;
+    out *= *x;
+    rest = rest.substr(static_cast<size_t>(d.data() + d.size() - rest.data()));
   }
   if (!seen) return std::nullopt;
   return out;
@@ -188,9 +208,14 @@ std::optional<int64_t> grid_blocks(const std::string *v) {
 std::optional<int64_t> py_int(const Value &v) {
   if (v.type() == Value::Type::kFloat) return static_cast<int64_t>(v.as_float());
   if (v.is_number()) return v.as_int();
-  if (v.is_string()) {
-    static const std::regex integer(R"(^\s*[+-]?\d+\s*$)");
-    if (std::regex_match(v.as_string(), integer)) return std::stoll(v.as_string());
+  if (v.is_string()) {  // int(" 132 "): digits with an optional sign, spaces around
+    std::string_view s = v.as_string();
+    auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    bool neg = !s.empty() && s.front() == '-';
+    if (!s.empty() && (s.front() == '+' || s.front() == '-')) s.remove_prefix(1);
+    if (auto x = text::to_int(s)) return neg ? -*x : *x;
   }
   throw std::runtime_error("SM count is not an integer: " + v.str());
 }
@@ -261,11 +286,16 @@ constexpr double kSmallMinShare = 0.03;
 constexpr double kFusedFraction = 0.25;
 
 void small_kernels(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex fusible_re(
-      "elementwise|reduce_kernel|Reduce|Functor|_foreach|multi_tensor_apply|softmax|norm|"
-      "\\bfill|copy_kernel|CatArray|where|masked",
-      true);
-  static const FrameRegex optim_file("torch/optim/", false, FrameRegex::Field::kFile);
+  static const FrameMatch fusible_re([](std::string_view s) {  // reduce_kernel: Reduce
+    return text::contains_any(s,
+                              {"elementwise", "Reduce", "Functor", "_foreach", "multi_tensor_apply",
+                               "softmax", "norm", "copy_kernel", "CatArray", "where", "masked"},
+                              true) ||
+           text::word_start(s, "fill", true);
+  });
+  static const FrameMatch optim_file(
+      [](std::string_view s) { return text::contains_any(s, {"torch/optim/"}); },
+      FrameMatch::Field::kFile);
   const Profile &p = q.profile();
   std::vector<int> kernels;
   for (int n : executed_nodes(q, kKernel)) {
@@ -357,18 +387,20 @@ void small_kernels(const Query &q, const Context &, std::vector<Finding> &out) {
 // -- pageable-memcpy ----------------------------------------------------------------------------
 
 bool pageable(const Query &q, int n) {
-  static const std::regex pageable_re("pageable", std::regex::ECMAScript | std::regex::icase);
   for (const char *k : {"src_kind", "memory", "host_memory", "kind", "pinned"}) {
     const std::string *v = q.profile().prop(n, k);
     if (!v) continue;
     if (std::string(k) == "pinned") return *v == "0" || *v == "false" || *v == "False";
-    if (std::regex_search(*v, pageable_re)) return true;
+    if (text::contains_any(*v, {"pageable"}, true)) return true;
   }
-  return std::regex_search(q.name(n), pageable_re);
+  return text::contains_any(q.name(n), {"pageable"}, true);
 }
 
 void pageable_memcpy(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex htod("HtoD|H2D|host.?to.?device", true);
+  static const FrameMatch htod([](std::string_view s) {
+    return text::contains_any(s, {"HtoD", "H2D"}, true) ||
+           text::joined(s, "host", "to", "device", true);
+  });
   std::vector<int> copies;
   for (int n : executed_nodes(q, kMemcpy)) {
     if (htod.search(q.profile(), n) && pageable(q, n) && !in_model_transfer(q, n)) {
@@ -426,10 +458,10 @@ std::string api_time_metric(const Query &q) {
 }
 
 void allocator_churn(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex alloc_api(
-      "^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|cudaMallocAsync|cudaFreeAsync|cuMemCreate|"
-      "cuMemMap)\\w*$",
-      false);
+  static const FrameMatch alloc_api([](std::string_view s) {  // cudaMallocAsync: cudaMalloc
+    return text::prefix_then_word(
+        s, {"cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemMap"});
+  });
   std::vector<int> apis;
   for (int n : executed_nodes(q, kGpuApi)) {
     if (alloc_api.search(q.profile(), n)) apis.push_back(n);

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "analyzer/engine.h"
+#include "analyzer/text.h"
 
 namespace dctx::analyzer {
 
@@ -19,8 +20,12 @@ Value py_sum(double s, size_t n) { return n ? Value(s) : Value(int64_t{0}); }
 
 constexpr int64_t kMinSyncCalls = 10;
 
-const FrameRegex &print_file() {
-  static const FrameRegex re(R"(torch/_tensor(_str)?\.py$)", false, FrameRegex::Field::kFile);
+const FrameMatch &print_file() {
+  static const FrameMatch re(
+      [](std::string_view s) {
+        return text::ends_with_any(s, {"torch/_tensor.py", "torch/_tensor_str.py"});
+      },
+      FrameMatch::Field::kFile);
   return re;
 }
 
@@ -58,7 +63,9 @@ std::string jax_read_label(const Query &q, int n) {
       {"__repr__", "print(x)"},
       {"__str__", "print(x)"},
       {"device_get", "jax.device_get()"}};
-  static const FrameRegex jax_internal(R"(jax/_src/)", false, FrameRegex::Field::kFile);
+  static const FrameMatch jax_internal(
+      [](std::string_view s) { return text::contains_any(s, {"jax/_src/"}); },
+      FrameMatch::Field::kFile);
   std::string label = "a read";
   std::vector<int> path = q.ancestors(n);
   path.insert(path.begin(), n);  // the read's node is the jax.Array method that called _value
@@ -87,13 +94,20 @@ std::string sync_label(const Query &q, int n) {
 
 void host_sync(const Query &q, const Context &, std::vector<Finding> &out) {
   // Operators that copy a value to the host (and so wait for the device).
-  static const FrameRegex sync_ops(
-      R"(^aten::(_local_scalar_dense|item|is_nonzero|nonzero|nonzero_static|masked_select|)"
-      R"(unique\w*|_unique\w*|equal|allclose|tolist)$)",
-      false);
-  static const FrameRegex sync_funcs(R"(^(synchronize|current_stream_synchronize)$)", false);
-  static const FrameRegex sync_func_file(R"(torch/(cuda|xpu|mps)/)", false,
-                                         FrameRegex::Field::kFile);
+  static const FrameMatch sync_ops([](std::string_view s) {
+    return text::equals_any(s, {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero",
+                                "aten::nonzero", "aten::nonzero_static", "aten::masked_select",
+                                "aten::equal", "aten::allclose", "aten::tolist"}) ||
+           text::prefix_then_word(s, {"aten::unique", "aten::_unique"});
+  });
+  static const FrameMatch sync_funcs([](std::string_view s) {
+    return text::equals_any(s, {"synchronize", "current_stream_synchronize"});
+  });
+  static const FrameMatch sync_func_file(
+      [](std::string_view s) {
+        return text::contains_any(s, {"torch/cuda/", "torch/xpu/", "torch/mps/"});
+      },
+      FrameMatch::Field::kFile);
   bool gpu = q.has("gpu_time");
   bool waits = q.has("sync_time");
   std::string cost_metric;
@@ -252,17 +266,28 @@ const char *const kSuggestIpc =
     "`torch.multiprocessing.set_sharing_strategy('file_system')`.";
 
 void data_loader(const Query &q, const Context &, std::vector<Finding> &out) {
-  static const FrameRegex loader_file(R"(torch/utils/data/dataloader\.py$)", false,
-                                      FrameRegex::Field::kFile);
-  static const FrameRegex fetch_file(R"(torch/utils/data/_utils/fetch\.py$)", false,
-                                     FrameRegex::Field::kFile);
-  static const FrameRegex wait_file(
-      R"(/(selectors|threading)\.py$|multiprocessing/connection\.py$)", false,
-      FrameRegex::Field::kFile);
-  static const FrameRegex wait_func(R"((^|\.)(select|wait|_poll|poll)$)", false);
-  static const FrameRegex ipc_file(
-      R"(torch/multiprocessing/reductions\.py$|multiprocessing/resource_sharer\.py$)", false,
-      FrameRegex::Field::kFile);
+  using Field = FrameMatch::Field;
+  static const FrameMatch loader_file(
+      [](std::string_view s) { return s.ends_with("torch/utils/data/dataloader.py"); },
+      Field::kFile);
+  static const FrameMatch fetch_file(
+      [](std::string_view s) { return s.ends_with("torch/utils/data/_utils/fetch.py"); },
+      Field::kFile);
+  static const FrameMatch wait_file(
+      [](std::string_view s) {
+        return text::ends_with_any(
+            s, {"/selectors.py", "/threading.py", "multiprocessing/connection.py"});
+      },
+      Field::kFile);
+  static const FrameMatch wait_func([](std::string_view s) {
+    return text::dotted_name_is(s, {"select", "wait", "_poll", "poll"});
+  });
+  static const FrameMatch ipc_file(
+      [](std::string_view s) {
+        return text::ends_with_any(
+            s, {"torch/multiprocessing/reductions.py", "multiprocessing/resource_sharer.py"});
+      },
+      Field::kFile);
   const Profile &p = q.profile();
   std::vector<int> found;
   for (int n : q.nodes_of_kind({kPython})) {

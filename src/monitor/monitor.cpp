@@ -249,6 +249,7 @@ dctx_node dctx_enter(dctx_domain domain, const dctx_frame *frame) {
 }
 
 dctx_node dctx_enter_node(dctx_domain domain, dctx_node node) {
+  if (!tree().known_node(node)) node = 0;
   ThreadContext &ctx = this_thread_context();
   // Python frames run below this node (e.g. a Python hook in backward) are not appended: its
   // path is the forward's.
@@ -260,7 +261,7 @@ dctx_node dctx_enter_node(dctx_domain domain, dctx_node node) {
 
 void dctx_retarget(dctx_node node) {
   ThreadContext &ctx = this_thread_context();
-  if (ctx.stack.empty()) return;
+  if (ctx.stack.empty() || !tree().known_node(node)) return;
   ContextEntry &e = ctx.stack.back();
   e.node = node;
   e.python_depth = UINT32_MAX;  // like dctx_enter_node: the path is the forward's
@@ -295,6 +296,7 @@ dctx_node dctx_current(void) {
 }
 
 void dctx_set_worker_context(dctx_node node) {
+  if (!tree().known_node(node)) return;
   g_worker_context.store(node ? uint64_t(node) + 1 : 0, std::memory_order_release);
 }
 
@@ -314,15 +316,23 @@ size_t dctx_path(dctx_node node, dctx_frame *out, size_t max) {
 dctx_metric dctx_metric_id(const char *name, const char *unit, const char *description) {
   return tree().metric(name ? name : "", unit ? unit : "", description ? description : "");
 }
-void dctx_add(dctx_node node, dctx_metric metric, double value) { tree().add(node, metric, value); }
+// A caller's metric id: kSampledBit is the core's own mark (dctx_add_sampled), so an id that
+// carries it was never handed out; it becomes one the tree rejects.
+static dctx_metric caller_metric(dctx_metric m) {
+  return (m & dctx::kSampledBit) ? ~dctx_metric{0} : m;
+}
+void dctx_add(dctx_node node, dctx_metric metric, double value) {
+  tree().add(node, caller_metric(metric), value);
+}
 void dctx_add2(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2) {
-  tree().add2(node, m1, v1, m2, v2);
+  tree().add2(node, caller_metric(m1), v1, caller_metric(m2), v2);
 }
 void dctx_add_sampled(dctx_node node, dctx_metric metric, double value) {
-  tree().add(node, dctx::sampled_metric(metric), value);
+  tree().add(node, dctx::sampled_metric(caller_metric(metric)), value);
 }
 void dctx_add2_sampled(dctx_node node, dctx_metric m1, double v1, dctx_metric m2, double v2) {
-  tree().add2(node, dctx::sampled_metric(m1), v1, dctx::sampled_metric(m2), v2);
+  tree().add2(node, dctx::sampled_metric(caller_metric(m1)), v1,
+              dctx::sampled_metric(caller_metric(m2)), v2);
 }
 void dctx_set_sample_weight(double weight) { tree().set_sample_weight(weight); }
 void dctx_commit_sampled(double weight) { tree().commit_sampled(weight); }

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -18,12 +19,21 @@ Tree &tree() {
   return *t;
 }
 
-Tree::Tree() {
+namespace {
+std::atomic<uint64_t> g_next_tree_id{1};
+}  // namespace
+
+Tree::Tree() : id_(g_next_tree_id.fetch_add(1)) {
   intern("");
   frames_.push_back({DCTX_FRAME_ROOT, 0, 0, 0, 0});
   frame_ids_.emplace(frames_[0], 0);
   parent_.push_back(0);
   node_frame_.push_back(0);
+  nodes_.store(1, std::memory_order_release);
+}
+
+void Tree::reject(std::string_view what) {
+  note("monitor API: calls with an unknown " + std::string(what) + " id were ignored");
 }
 
 uint32_t Tree::intern(std::string_view s) {
@@ -64,6 +74,11 @@ constexpr size_t kEdgeSlots = 8192;
 
 dctx_node Tree::child(dctx_node parent, uint32_t frame) {
   thread_local std::unique_ptr<Edge[]> cache(new Edge[kEdgeSlots]());
+  thread_local uint64_t cache_tree = 0;
+  if (cache_tree != id_) {  // another tree's edges (tests build several)
+    std::fill(cache.get(), cache.get() + kEdgeSlots, Edge{});
+    cache_tree = id_;
+  }
   const uint64_t key = ((uint64_t(parent) << 32) | frame) + 1;
   uint64_t h = key * 0x9E3779B97F4A7C15ULL;
   Edge &slot = cache[(h >> 40) & (kEdgeSlots - 1)];
@@ -74,15 +89,28 @@ dctx_node Tree::child(dctx_node parent, uint32_t frame) {
     auto it = children_.find(key - 1);
     if (it != children_.end()) {
       n = it->second;
+    } else if (parent >= parent_.size() || frame >= frames_.size()) {
+      n = 0;  // the writer needs every parent below its child and every frame to exist
     } else {
       n = static_cast<dctx_node>(parent_.size());
       parent_.push_back(parent);
       node_frame_.push_back(frame);
       children_.emplace(key - 1, n);
+      nodes_.store(static_cast<uint32_t>(parent_.size()), std::memory_order_release);
     }
+  }
+  if (n == 0) {
+    reject(parent >= nodes_.load(std::memory_order_acquire) ? "node" : "frame");
+    return 0;
   }
   slot = Edge{key, n};
   return n;
+}
+
+bool Tree::known_node(dctx_node n) {
+  if (n < nodes_.load(std::memory_order_acquire)) return true;
+  reject("node");
+  return false;
 }
 
 dctx_node Tree::parent(dctx_node n) {
@@ -103,8 +131,10 @@ size_t Tree::node_count() {
 size_t Tree::path(dctx_node n, dctx_frame *out, size_t max) {
   std::lock_guard lock(mu_);
   std::vector<dctx_node> chain;
+  // A parent's id is below its child's (child() keeps it so), which also ends any walk.
   while (n != 0 && n < parent_.size()) {
     chain.push_back(n);
+    if (parent_[n] >= n) break;
     n = parent_[n];
   }
   size_t len = chain.size();
@@ -122,26 +152,39 @@ dctx_metric Tree::metric(std::string_view name, std::string_view unit, std::stri
     if (metrics_[i].name == name) return static_cast<dctx_metric>(i);
   if (metrics_.size() >= kSampledBit - 1) return static_cast<dctx_metric>(kSampledBit - 1);
   metrics_.push_back({std::string(name), std::string(unit), std::string(desc)});
+  metrics_count_.store(static_cast<uint32_t>(metrics_.size()), std::memory_order_release);
   return static_cast<dctx_metric>(metrics_.size() - 1);
 }
 
 Shard &Tree::my_shard() {
-  thread_local Shard *mine = nullptr;
-  if (!mine) {
-    mine = new Shard();
+  // One shard per thread and tree: the profiler has one tree, tests build several. A tree that
+  // falls out of this small table gets a fresh shard when it comes back (its values stay merged).
+  struct Mine {
+    uint64_t tree;
+    Shard *shard;
+  };
+  thread_local std::array<Mine, 4> mine{};
+  thread_local size_t next = 0;
+  for (const Mine &e : mine)
+    if (e.tree == id_) return *e.shard;
+  auto *shard = new Shard();
+  {
     std::lock_guard lock(shards_mu_);
-    shards_.push_back(mine);
+    shards_.push_back(shard);
   }
-  return *mine;
+  mine[next++ % mine.size()] = Mine{id_, shard};
+  return *shard;
 }
 
 void Tree::add(dctx_node n, dctx_metric m, double v) {
+  if (!known(n, m)) return reject(n < nodes_.load() ? "metric" : "node");
   Shard &s = my_shard();
   std::lock_guard lock(s.mu);
   s.at(Shard::key(n, m)).add(v);
 }
 
 void Tree::add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2) {
+  if (!known(n, m1) || !known(n, m2)) return reject(n < nodes_.load() ? "metric" : "node");
   Shard &s = my_shard();
   std::lock_guard lock(s.mu);
   s.at(Shard::key(n, m1)).add(v1);
@@ -149,6 +192,7 @@ void Tree::add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v
 }
 
 void Tree::set_prop(dctx_node n, std::string_view key, std::string_view value) {
+  if (!known_node(n)) return;
   std::lock_guard lock(mu_);
   auto &slot = props_[{n, std::string(key)}];
   if (slot != value) slot.assign(value);

@@ -132,16 +132,21 @@ class Tree {
   uint32_t frame(const FrameKey &k);
   uint32_t frame(dctx_frame_kind kind, std::string_view name, std::string_view file, uint32_t line,
                  std::string_view module);
+  // 0 (the root) for an unknown parent or frame id, with a note in the profile.
   dctx_node child(dctx_node parent, uint32_t frame);
+  // False for a node id the tree has not handed out (and a note in the profile).
+  bool known_node(dctx_node n);
   dctx_node parent(dctx_node n);
   uint32_t frame_of(dctx_node n);
   size_t path(dctx_node n, dctx_frame *out, size_t max);
   size_t node_count();
 
   dctx_metric metric(std::string_view name, std::string_view unit, std::string_view desc);
+  // Values of an unknown node or metric id (kSampledBit aside) are left out, with a note.
   void add(dctx_node n, dctx_metric m, double v);
   // Two metrics of one node under one lock (an operator's time and count).
   void add2(dctx_node n, dctx_metric m1, double v1, dctx_metric m2, double v2);
+  // A property of an unknown node is left out, with a note.
   void set_prop(dctx_node n, std::string_view key, std::string_view value);
   // The factor applied to sampled values (kSampledBit) at each snapshot.
   void set_sample_weight(double w) { sample_weight_.store(w, std::memory_order_relaxed); }
@@ -164,7 +169,15 @@ class Tree {
 
  private:
   Shard &my_shard();
+  bool known(dctx_node n, dctx_metric m) const {
+    return n < nodes_.load(std::memory_order_acquire) && (m >> 16) == 0 &&
+           (m & ~kSampledBit) < metrics_count_.load(std::memory_order_acquire);
+  }
+  // Notes (once) that a caller passed an id the tree never handed out.
+  void reject(std::string_view what);
 
+  // Distinct for every tree: the per-thread caches (edges, shard) belong to one tree.
+  const uint64_t id_;
   std::mutex mu_;  // guards strings, frames, nodes, children, metrics, props, notes, meta
   std::deque<std::string> strings_;
   std::unordered_map<std::string_view, uint32_t> string_ids_;
@@ -177,6 +190,9 @@ class Tree {
   std::map<std::pair<dctx_node, std::string>, std::string> props_;
   std::vector<std::string> notes_;
   std::map<std::string, std::string, std::less<>> meta_;
+  // parent_.size() and metrics_.size(), read without mu_ by the update path's id check.
+  std::atomic<uint32_t> nodes_{0};
+  std::atomic<uint32_t> metrics_count_{0};
 
   std::atomic<double> sample_weight_{1.0};
   std::mutex shards_mu_;

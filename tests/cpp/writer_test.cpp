@@ -70,6 +70,28 @@ TEST(Writer, NotesAreJsonWhateverBytesTheyHold) {
                        {"quote \" backslash \\ newline \n", "not UTF-8: \xEF\xBF\xBD"}));  // U+FFFD
 }
 
+TEST(Writer, WritesATreeThatWasGivenUnknownIds) {
+  // dctx_child(1000000, f) made a node whose parent id exceeded its own, and the inclusive pass
+  // indexed past the end at the final write.
+  dctx::Tree t;
+  dctx_metric m = t.metric("cpu_time", "ns", "cpu");
+  uint32_t f = t.frame(DCTX_FRAME_SCOPE, "s", "", 0, "");
+  dctx_node bad = t.child(1000000, f);
+  t.add(bad, m, 5);
+  dctx_node a = t.child(0, f);
+  t.add(a, m, 1);
+  t.add(a, 65536 + m, 7);
+  std::string path = testing::TempDir() + "/u-" + std::to_string(getpid()) + ".dctx";
+  ASSERT_EQ(dctx::write_profile(t.snapshot(), path), "");
+  sqlite3 *db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(query(db, "SELECT COUNT(*) FROM nodes"), 2);
+  EXPECT_EQ(query(db, "SELECT inc FROM node_metrics WHERE node=0"), 6);  // bad's 5 at the root
+  EXPECT_EQ(query(db, "SELECT sum FROM node_metrics WHERE node=" + std::to_string(a)), 1);
+  sqlite3_close(db);
+  std::remove(path.c_str());
+}
+
 TEST(Writer, FailsCleanlyOnUnwritableDirectory) {
   dctx::Tree t;
   std::string err = dctx::write_profile(t.snapshot(), "/nonexistent-dir/x.dctx");

@@ -163,6 +163,8 @@ try {
   check("diff flame graph drawn", diffBoxes > 5, String(diffBoxes));
   const ups = await page.locator('.ttable[data-name="diff"] .tnum.up').count();
   check("diff table marks growth", ups > 0, String(ups));
+  const importsLine = await page.locator(".changes .imports").textContent();
+  check("diff says import time is left out of the changes", /^Import time is left out of these changes/.test(importsLine ?? ""), importsLine ?? "");
   await shot("diff");
 
   // 12. findings (the test registers a custom rule naming square_sum)

@@ -1,7 +1,7 @@
 // Loading profiles from the local server (python/deepcontext/gui_server.py): JSON for metadata and
 // frames, little-endian binary arrays for the per-node data.
 
-import { Frames, MetricInfo, Tree, makeTree } from "./model";
+import { Frames, MetricInfo, Tree, makeTree, setWholes } from "./model";
 
 export interface ProfileInfo {
   path: string;
@@ -108,7 +108,7 @@ export async function loadTree(p: number, info: ProfileInfo): Promise<Tree> {
     exc[m.name] = new Float64Array(metrics, 16 * n * k + 8 * n, n);
     k++;
   }
-  return makeTree(parent, frame, frames, info.metrics, inc, exc);
+  return setWholes(makeTree(parent, frame, frames, info.metrics, inc, exc), info.meta);
 }
 
 export async function loadSource(p: number, file: string): Promise<{ file: string; path: string; text: string }> {

@@ -10,6 +10,7 @@ import {
   MetricSpec,
   Tree,
   baseIncOf,
+  combineNote,
   excOf,
   findSpec,
   formatPercent,
@@ -19,6 +20,10 @@ import {
   isImportSystem,
   kindLabel,
   metricSpecs,
+  notCombinableWhy,
+  ruleOf,
+  shareTotal,
+  widthMetric,
   widthOf,
 } from "./model";
 import { partialNotice } from "./meta";
@@ -85,6 +90,7 @@ interface DetailTree {
   inc: Record<string, ArrayLike<number>>;
   exc: Record<string, ArrayLike<number>>;
   base?: Tree["base"];
+  perThread: boolean;
 }
 
 /** A metric value of one node (a ratio metric divides the two stored values). */
@@ -348,15 +354,26 @@ class App {
     else if (v === "source") this.renderSource(sub);
     else if (v === "diff") this.renderDiff(sub);
     else if (v === "findings") this.renderFindings(sub);
+    this.combineNote(sub);
     this.renderDetails();
     this.statusLine();
+  }
+
+  /** One line on how the chosen metric combines in this view's rows (merge statistics, wall
+   * time across threads), as `deepcontext report` notes it. */
+  private combineNote(sub: HTMLElement): void {
+    const v = this.state.view;
+    if (v === "findings" || v === "diff") return;
+    const rows = v === "bottom" || v === "flat" || v === "sandwich" || v === "source" ? { perThread: false } : this.filtered().tree;
+    const note = combineNote(this.filtered().tree, this.spec.num, rows);
+    if (note) sub.appendChild(el("span", "legend note", note));
   }
 
   private statusLine(): void {
     const p = this.info.profiles[0];
     const t = this.trees[0];
     const spec = this.spec;
-    const total = widthOf(t, spec)[0];
+    const total = t.inc[spec.num]?.[0] ?? 0; // wall_time: the elapsed time, where recorded
     const cmd = (() => {
       try {
         return (JSON.parse(p.meta.command ?? "[]") as string[]).join(" ");
@@ -385,9 +402,13 @@ class App {
     return search(tree, re, values);
   }
 
-  private searchSummary(sub: HTMLElement, r: SearchResult | null, total: number, unit: string): void {
+  /** The search's matches, with the total of `metric` (the values that size boxes) in them. Wall
+   * time: matches may lie in several threads, so no share of the elapsed time. */
+  private searchSummary(sub: HTMLElement, r: SearchResult | null, total: number, tree: Tree): void {
     if (!r) return;
-    sub.appendChild(el("span", "legend", `search: ${r.count.toLocaleString("en-US")} matching nodes, ${formatValue(r.total, unit)} (${formatPercent(r.total, total) || "0%"}) of the view`));
+    const m = widthMetric(tree, this.spec);
+    const share = shareTotal(tree, { ...this.spec, num: m }, { perThread: false }) === null ? "" : ` (${formatPercent(r.total, total) || "0%"} of the view)`;
+    sub.appendChild(el("span", "legend", `search: ${r.count.toLocaleString("en-US")} matching nodes, ${m} ${formatValue(r.total, this.unitOf(m))}${share}`));
   }
 
   private crumbs(sub: HTMLElement, tree: Tree, focus: number, toOrig: (n: number) => number): void {
@@ -438,7 +459,9 @@ class App {
     o.addEventListener("click", () => this.set({ flame: this.state.flame === "icicle" ? "flame" : "icicle" }));
     sub.appendChild(o);
     const r = this.searchOn(tree, values);
-    this.searchSummary(sub, r, values[focus], spec.unit);
+    this.searchSummary(sub, r, values[focus], tree);
+    const wm = widthMetric(tree, spec);
+    if (wm !== spec.num) sub.appendChild(el("span", "legend note", `${spec.num} does not add up, so it cannot size boxes: they are sized by ${wm}.`));
     const f = tree.frames;
     const colors = this.memo(`colors:${this.hiddenKey()}`, () => new Array<string>(f.kind.length));
     this.flame.set({
@@ -464,10 +487,11 @@ class App {
     this.hover = { tree, node: n };
     const spec = this.spec;
     const inc = incOf(tree, spec)[n];
-    const total = widthOf(tree, spec)[0];
+    const total = shareTotal(tree, spec);
     const f = tree.frames;
     const fr = tree.frame[n];
-    let text = `${frameLabel(f, fr)}\n${kindLabel(f.kind[fr])}  ${spec.label}: ${formatValue(inc, spec.unit)}  (${formatPercent(widthOf(tree, spec)[n], total)})`;
+    const share = total === null || Number.isNaN(inc) ? "" : `  (${formatPercent(tree.inc[spec.num]?.[n] ?? 0, total)})`;
+    let text = `${frameLabel(f, fr)}\n${kindLabel(f.kind[fr])}  ${spec.label}: ${formatValue(inc, spec.unit)}${share}`;
     if (tree.base) {
       const b = baseIncOf(tree, spec)[n];
       text += `\nbaseline: ${formatValue(b, spec.unit)}  change: ${inc - b >= 0 ? "+" : ""}${formatValue(inc - b, spec.unit)}`;
@@ -480,21 +504,22 @@ class App {
     this.renderDetails();
   }
 
+  /** The table columns of `tree`'s rows: `spec` inclusive and exclusive, their % of
+   * `totalTree`'s whole where a share means something (shareTotal), then the other metrics. */
   private columns(tree: DetailTree, spec: MetricSpec, totalTree: Tree): Column[] {
     const unit = spec.unit;
-    const totalW = widthOf(totalTree, spec)[0];
+    const whole = shareTotal(totalTree, spec, tree);
+    const of = ruleOf(totalTree, spec.num) === "per_thread" ? "the elapsed time" : "the profile's total";
     const num = tree.inc[spec.num];
     const numx = tree.exc[spec.num];
-    const cols: Column[] = [
-      { id: "inc", label: "inclusive", value: (n) => val(tree, spec, "inc", n), unit, title: `${spec.label}, inclusive` },
-      { id: "incp", label: "incl %", value: (n) => num?.[n] ?? 0, unit, total: totalW, title: "inclusive, % of the profile's total" },
-      { id: "exc", label: "exclusive", value: (n) => val(tree, spec, "exc", n), unit, title: `${spec.label}, exclusive` },
-      { id: "excp", label: "excl %", value: (n) => numx?.[n] ?? 0, unit, total: totalW, title: "exclusive, % of the profile's total" },
-    ];
+    const cols: Column[] = [{ id: "inc", label: "inclusive", value: (n) => val(tree, spec, "inc", n), unit, title: `${spec.label}, inclusive`, naTitle: notCombinableWhy(spec.num) }];
+    if (whole !== null) cols.push({ id: "incp", label: "incl %", value: (n) => num?.[n] ?? 0, unit, total: whole, title: `inclusive, % of ${of}` });
+    cols.push({ id: "exc", label: "exclusive", value: (n) => val(tree, spec, "exc", n), unit, title: `${spec.label}, exclusive`, naTitle: notCombinableWhy(spec.num) });
+    if (whole !== null) cols.push({ id: "excp", label: "excl %", value: (n) => numx?.[n] ?? 0, unit, total: whole, title: `exclusive, % of ${of}` });
     for (const m of tree.metrics) {
       const arr = tree.inc[m.name];
       if (m.name === spec.num || !arr || !(arr[0] > 0)) continue; // no empty columns
-      cols.push({ id: `inc:${m.name}`, label: m.name, value: (n) => arr[n], unit: m.unit, title: `${m.name} (${m.unit}), inclusive: ${m.description}` });
+      cols.push({ id: `inc:${m.name}`, label: m.name, value: (n) => arr[n], unit: m.unit, title: `${m.name} (${m.unit}), inclusive: ${m.description}`, naTitle: notCombinableWhy(m.name) });
     }
     return cols;
   }
@@ -553,7 +578,7 @@ class App {
     this.crumbs(sub, tree, focus, toOrig);
     const values = widthOf(tree, spec);
     const r = this.searchOn(tree, values);
-    this.searchSummary(sub, r, values[focus], spec.unit);
+    this.searchSummary(sub, r, values[focus], tree);
     const t = this.table("top", pane, () => this.topShown());
     const expanded = this.expandedFor("top", `${this.hiddenKey()}:${focus}:${spec.num}`, tree, focus, values);
     const mk = r?.match;
@@ -569,7 +594,7 @@ class App {
     const spec = this.spec;
     sub.appendChild(el("span", "legend", "Bottom-up: each function with its own (exclusive) time at the first level; expand to see its callers. Double-click a row for its sandwich."));
     const r = this.searchOn(base, widthOf(base, spec));
-    this.searchSummary(sub, r, widthOf(base, spec)[0], spec.unit);
+    this.searchSummary(sub, r, widthOf(base, spec)[0], base);
     const re = compileSearch(this.state.search);
     const fm = re ? this.memo(`fm:${this.state.search}`, () => Uint8Array.from(base.frames.kind, (_, f) => (f > 0 && (re.test(frameLabel(base.frames, f)) || re.test(base.frames.file[f])) ? 1 : 0))) : null;
     const t = this.table("bottom", pane, () => shown);
@@ -588,7 +613,7 @@ class App {
     sub.appendChild(el("span", "legend", "Flat: one row per frame (recursion counted once in inclusive). Double-click a row for its callers and callees."));
     const values = widthOf(tree, spec);
     const r = this.searchOn(tree, values);
-    this.searchSummary(sub, r, values[0], spec.unit);
+    this.searchSummary(sub, r, values[0], tree);
     const t = this.table("flat", pane, () => shown);
     const expanded = this.expandedFor("flat", key, tree, 0, values, false);
     const mk = r?.match;
@@ -635,7 +660,8 @@ class App {
     const list = pane.children[0] as HTMLElement;
     const host = pane.children[1] as HTMLElement;
     const file = this.state.file || files[0]?.file || "";
-    const total = widthOf(tree, spec)[0];
+    // a line or a file adds up its nodes, in whatever threads they ran: no share of wall time
+    const total = shareTotal(tree, spec, { perThread: false }) ?? 0;
     list.replaceChildren();
     for (const ft of files) {
       const d = el("div", ft.file === file ? "active" : "");
@@ -673,7 +699,7 @@ class App {
     }
     if (!this.source || host.dataset.file !== file || host.dataset.line !== String(line) || host.dataset.metric !== spec.id) {
       this.source = new SourceView(host);
-      this.source.show(file, cached.text, lines, widthOf(tree, spec)[0], spec.unit, line);
+      this.source.show(file, cached.text, lines, total, spec.unit, line);
       host.dataset.metric = spec.id;
     }
   }
@@ -686,8 +712,9 @@ class App {
     }
     const d = this.diffTree();
     const tree = d.tree;
-    const spec = this.spec;
-    const cur = widthOf(tree, spec);
+    // the diff compares values that add up: a merge statistic's own metric stands in for it
+    const spec = { ...this.spec, num: widthMetric(tree, this.spec), den: undefined };
+    const cur = tree.inc[spec.num] ?? new Float64Array(tree.n);
     const base = tree.base!.inc[spec.num] ?? new Float64Array(tree.n);
     const f0 = this.focusNode();
     const focus = f0 > 0 ? d.cur[f0] : 0;
@@ -695,6 +722,7 @@ class App {
     const tc = cur[0];
     const tb = base[0];
     sub.appendChild(el("span", "legend", `${spec.num}: ${formatValue(tc, unit)} now vs ${formatValue(tb, unit)} in the baseline (${tc - tb >= 0 ? "+" : ""}${formatValue(tc - tb, unit)}, ${tb > 0 ? ((100 * (tc - tb)) / tb).toFixed(1) + "%" : "new"}). Red grew, blue shrank (relative to the larger value); box widths are the larger of the two.`));
+    if (spec.num !== this.spec.num) sub.appendChild(el("span", "legend note", `${this.spec.num} does not add up: the diff compares ${spec.num}.`));
     this.crumbs(sub, tree, focus, d.toOrig);
     if (!pane.childElementCount) {
       const changes = el("div", "changes");
@@ -777,6 +805,9 @@ class App {
       host.appendChild(el("div", "msg", `largest changes not available${list.metric ? ": " + list.metric : ""}`));
       return;
     }
+    // deepcontext.diff leaves what ran inside Python's import system out unless its frames are kept
+    if (imports === "0")
+      host.appendChild(el("div", "legend imports", "Import time is left out of these changes (start-up, which varies from run to run); untick “import system” under hide kinds to include it."));
     const tbl = el("table");
     const head = el("tr");
     for (const h of ["largest changes by exclusive value (deepcontext.diff)", "status", "baseline (excl)", "now (excl)", "change (excl)", "change (incl)"]) head.appendChild(el("th", "", h));
@@ -917,8 +948,13 @@ class App {
       if (!tree.inc[s.num] || !(tree.inc[s.num][0] > 0 || (tree.base?.inc[s.num]?.[0] ?? 0) > 0)) continue;
       const tr = el("tr");
       const inc = val(tree, s, "inc", node);
-      const total = tree.base ? val(tree, s, "inc", 0) : widthOf(this.filtered().tree, s)[0];
-      tr.append(el("td", "", s.label), el("td", "", formatValue(inc, s.unit)), el("td", "", s.den ? "" : formatPercent(inc, total)), el("td", "", formatValue(val(tree, s, "exc", node), s.unit)));
+      const total = s.den ? null : shareTotal(tree.base ? (tree as Tree) : this.filtered().tree, s, tree);
+      const cell = (v: number) => {
+        const c = el("td", "", formatValue(v, s.unit));
+        if (Number.isNaN(v)) c.title = notCombinableWhy(s.num);
+        return c;
+      };
+      tr.append(el("td", "", s.label), cell(inc), el("td", "", total === null || Number.isNaN(inc) ? "" : formatPercent(inc, total)), cell(val(tree, s, "exc", node)));
       if (tree.base) {
         const b = val(tree.base, s, "inc", node);
         tr.append(el("td", "", formatValue(b, s.unit)), el("td", "", `${inc - b >= 0 ? "+" : ""}${formatValue(inc - b, s.unit)}`));

@@ -92,7 +92,18 @@ export interface Column {
   /** signed values (diff): sort by absolute value, colour red/blue */
   signed?: boolean;
   title?: string;
+  /** why a value can be unknown (NaN, shown as n/a): the n/a cells' tooltip */
+  naTitle?: string;
 }
+
+/** The text of a value cell ("n/a" for an unknown value: a statistic that does not combine). */
+export function cellText(v: number, col: Column): string {
+  if (col.total !== undefined) return formatPercent(v, col.total);
+  return (col.signed && v > 0 ? "+" : "") + formatValue(v, col.unit);
+}
+
+/** Sort key of a value: unknown values last. */
+const sortKey = (v: number): number => (Number.isNaN(v) ? -Infinity : v);
 
 export interface TableOptions {
   tree: TableTree;
@@ -245,7 +256,7 @@ export class TreeTable {
         const lab = new Map(kids.map((k) => [k, labels(k)]));
         kids.sort((a, b) => lab.get(a)!.localeCompare(lab.get(b)!));
       } else if (vals) {
-        const v = new Map(kids.map((k) => [k, vals(k)]));
+        const v = new Map(kids.map((k) => [k, sortKey(vals(k))]));
         if (signed) kids.sort((a, b) => Math.abs(v.get(b)!) - Math.abs(v.get(a)!) || a - b);
         else kids.sort((a, b) => v.get(b)! - v.get(a)! || a - b);
       }
@@ -332,11 +343,12 @@ export class TreeTable {
         const col = o.columns[c];
         const v = col.value(n);
         let cls = "tnum";
-        if (col.total !== undefined) cell.textContent = formatPercent(v, col.total);
-        else {
-          cell.textContent = (col.signed && v > 0 ? "+" : "") + formatValue(v, col.unit);
-          if (col.signed && v !== 0) cls += v > 0 ? " up" : " down";
-        }
+        cell.textContent = cellText(v, col);
+        if (col.signed && v !== 0 && col.total === undefined) cls += v > 0 ? " up" : v < 0 ? " down" : "";
+        if (Number.isNaN(v)) {
+          cls += " na";
+          cell.title = col.naTitle ?? "unknown";
+        } else if (cell.title) cell.title = "";
         cell.className = cls;
       }
     }

@@ -2,7 +2,7 @@
 // sandwich (callers and callees of one frame), diff of two profiles, search and per-line metrics.
 // Each returns a new Tree (model.ts) so the same table and flame-graph code draws every view.
 
-import { Frames, IMPORT_SYSTEM, MAX_METRICS, MetricInfo, MetricSpec, Tree, children, frameKey, frameLabel, isImportSystem, makeTree } from "./model";
+import { Combiner, Frames, IMPORT_SYSTEM, MetricInfo, MetricSpec, Tree, addsUp, children, frameKey, frameLabel, isImportSystem, makeTree, ruleOf } from "./model";
 
 /** Grows a tree node by node, merging children of one parent that share a frame. */
 class Builder {
@@ -11,10 +11,14 @@ class Builder {
   private keys = new Map<number, number>();
   inc: Record<string, number[]> = {};
   exc: Record<string, number[]> = {};
+  /** whether the root is the whole profile (keepRoot) */
+  private whole = false;
 
   constructor(
     private nframes: number,
     private metricNames: string[],
+    /** the tree whose metrics these are (for each metric's combine rule) */
+    private from: { metrics: MetricInfo[] },
   ) {
     for (const m of metricNames) {
       this.inc[m] = [0];
@@ -42,11 +46,11 @@ class Builder {
     return id;
   }
 
-  /** Sets inclusive = exclusive + children's inclusive (for additive metrics). */
-  sumUp(only?: string[]): void {
-    const names = only ?? this.metricNames;
-    for (const m of names) {
-      if (MAX_METRICS.has(m)) continue;
+  /** Sets inclusive = exclusive + children's inclusive for the metrics that add up (the others'
+   * inclusive values are combined from the nodes' own). */
+  sumUp(): void {
+    for (const m of this.metricNames) {
+      if (!addsUp(ruleOf(this.from, m))) continue;
       const inc = this.inc[m];
       const exc = this.exc[m];
       for (let i = 0; i < inc.length; i++) inc[i] = exc[i];
@@ -54,21 +58,25 @@ class Builder {
     }
   }
 
-  finish(frames: Frames, metrics: MetricInfo[]): Tree {
+  /** The tree built, from `t`: its rows lie in one thread each only if `perThread`. */
+  finish(t: Tree, perThread: boolean, frames: Frames = t.frames, metrics: MetricInfo[] = t.metrics): Tree {
     const inc: Record<string, Float64Array> = {};
     const exc: Record<string, Float64Array> = {};
     for (const m of this.metricNames) {
       inc[m] = Float64Array.from(this.inc[m]);
       exc[m] = Float64Array.from(this.exc[m]);
     }
-    return makeTree(Int32Array.from(this.parent), Int32Array.from(this.frame), frames, metrics, inc, exc);
+    const out = makeTree(Int32Array.from(this.parent), Int32Array.from(this.frame), frames, metrics, inc, exc);
+    out.perThread = perThread && t.perThread;
+    out.elapsed = this.whole ? t.elapsed : null;
+    return out;
   }
-}
 
-function add(arr: number[], i: number, v: number, isMax: boolean): void {
-  if (isMax) {
-    if (v > arr[i]) arr[i] = v;
-  } else arr[i] += v;
+  /** The root is the whole profile still: its values are `t`'s root values, by every rule. */
+  keepRoot(t: Tree): void {
+    for (const m of this.metricNames) this.inc[m][0] = t.inc[m][0];
+    this.whole = true;
+  }
 }
 
 function names(t: Tree): string[] {
@@ -127,34 +135,40 @@ export function hideKinds(t: Tree, hidden: Set<string>): Filtered {
     return { tree: t, map };
   }
   const ms = names(t);
-  const b = new Builder(t.frames.kind.length, ms);
+  const b = new Builder(t.frames.kind.length, ms, t);
   const map = new Int32Array(t.n);
   for (let i = 1; i < t.n; i++) {
     const p = map[t.parent[i]];
     map[i] = hide[t.frame[i]] ? p : b.child(p, t.frame[i]);
   }
   for (const m of ms) {
-    const isMax = MAX_METRICS.has(m);
+    const ce = new Combiner(t, m, "exc");
+    const ci = new Combiner(t, m, "inc");
     const exc = t.exc[m];
     const inc = t.inc[m];
     const be = b.exc[m];
     const bi = b.inc[m];
     for (let i = 0; i < t.n; i++) {
-      add(be, map[i], exc[i], isMax);
-      if (isMax && (i === 0 || !hide[t.frame[i]])) add(bi, map[i], inc[i], true);
+      ce.add(be, map[i], i, exc[i]);
+      // a shown node keeps its whole subtree: its inclusive value, combined with its merged twins'
+      if (!addsUp(ci.rule) && (i === 0 || !hide[t.frame[i]])) ci.add(bi, map[i], i, inc[i]);
     }
   }
   b.sumUp();
-  return { tree: b.finish(t.frames, t.metrics), map };
+  b.keepRoot(t);
+  // with threads hidden, their nodes merge: rows add up several threads
+  return { tree: b.finish(t, !hidden.has("thread")), map };
 }
 
 /** The inverted tree: the first level holds every frame with exclusive value, its children are
  * its callers, and so on up to the root's children. */
 export function bottomUp(t: Tree): Tree {
   const ms = names(t);
-  const b = new Builder(t.frames.kind.length, ms);
+  const b = new Builder(t.frames.kind.length, ms, t);
   const excs = ms.map((m) => t.exc[m]);
-  const isMax = ms.map((m) => MAX_METRICS.has(m));
+  // every row combines the exclusive values of the nodes measured below it on that caller chain
+  const cinc = ms.map((m) => new Combiner(t, m, "exc"));
+  const cexc = ms.map((m) => new Combiner(t, m, "exc"));
   const binc = ms.map((m) => b.inc[m]);
   const bexc = ms.map((m) => b.exc[m]);
   const nm = ms.length;
@@ -162,19 +176,18 @@ export function bottomUp(t: Tree): Tree {
     let nonzero = false;
     for (let k = 0; k < nm; k++) if (excs[k][i] !== 0) nonzero = true;
     if (!nonzero) continue;
-    for (let k = 0; k < nm; k++) add(binc[k], 0, excs[k][i], isMax[k]);
     let cur = 0;
     for (let j = i; j !== 0; j = t.parent[j]) {
       cur = b.child(cur, t.frame[j]);
       for (let k = 0; k < nm; k++) {
         const v = excs[k][i];
-        if (v === 0) continue;
-        add(binc[k], cur, v, isMax[k]);
-        if (j === i) add(bexc[k], cur, v, isMax[k]);
+        cinc[k].add(binc[k], cur, i, v);
+        if (j === i) cexc[k].add(bexc[k], cur, i, v);
       }
     }
   }
-  return b.finish(t.frames, t.metrics);
+  b.keepRoot(t);
+  return b.finish(t, false);
 }
 
 /** One row per frame under the root: exclusive summed over its nodes, inclusive summed over
@@ -183,22 +196,23 @@ export function flat(t: Tree): Tree {
   const ms = names(t);
   const nf = t.frames.kind.length;
   const top = topLevelMask(t, t.frame, nf);
-  const b = new Builder(nf, ms);
+  const b = new Builder(nf, ms, t);
   const row = new Int32Array(t.n);
   for (let i = 1; i < t.n; i++) row[i] = b.child(0, t.frame[i]);
   for (const m of ms) {
-    const isMax = MAX_METRICS.has(m);
+    const ce = new Combiner(t, m, "exc");
+    const ci = new Combiner(t, m, "inc");
     const exc = t.exc[m];
     const inc = t.inc[m];
     const be = b.exc[m];
     const bi = b.inc[m];
     for (let i = 1; i < t.n; i++) {
-      add(be, row[i], exc[i], isMax);
-      if (top[i]) add(bi, row[i], inc[i], isMax);
+      ce.add(be, row[i], i, exc[i]);
+      if (top[i]) ci.add(bi, row[i], i, inc[i]);
     }
-    bi[0] = inc[0];
   }
-  return b.finish(t.frames, t.metrics);
+  b.keepRoot(t);
+  return b.finish(t, false);
 }
 
 export interface Sandwich {
@@ -212,7 +226,7 @@ export function sandwich(t: Tree, f: number): Sandwich {
   const ms = names(t);
   const nf = t.frames.kind.length;
   // callees
-  const cb = new Builder(nf, ms);
+  const cb = new Builder(nf, ms, t);
   const fnode = cb.child(0, f);
   const map = new Int32Array(t.n).fill(-1);
   const top: number[] = [];
@@ -225,20 +239,25 @@ export function sandwich(t: Tree, f: number): Sandwich {
     }
   }
   for (const m of ms) {
-    const isMax = MAX_METRICS.has(m);
+    const ce = new Combiner(t, m, "exc");
+    const ci = new Combiner(t, m, "inc");
     const exc = t.exc[m];
     const inc = t.inc[m];
-    for (let i = 1; i < t.n; i++) if (map[i] >= 0) add(cb.exc[m], map[i], exc[i], isMax);
-    if (isMax) for (let i = 1; i < t.n; i++) if (map[i] >= 0) add(cb.inc[m], map[i], inc[i], true);
+    for (let i = 1; i < t.n; i++) if (map[i] >= 0) ce.add(cb.exc[m], map[i], i, exc[i]);
+    if (!addsUp(ci.rule)) {
+      for (let i = 1; i < t.n; i++) if (map[i] >= 0) ci.add(cb.inc[m], map[i], i, inc[i]);
+      cb.inc[m][0] = cb.inc[m][fnode]; // the root holds the frame's subtrees only
+    }
   }
   cb.sumUp();
   // callers
-  const rb = new Builder(nf, ms);
+  const rb = new Builder(nf, ms, t);
   const rf = rb.child(0, f);
+  const rinc = new Map(ms.map((m) => [m, new Combiner(t, m, "inc")]));
   for (const m of ms) {
-    const isMax = MAX_METRICS.has(m);
+    const ce = new Combiner(t, m, "exc");
     const exc = t.exc[m];
-    for (let i = 1; i < t.n; i++) if (t.frame[i] === f) add(rb.exc[m], rf, exc[i], isMax);
+    for (let i = 1; i < t.n; i++) if (t.frame[i] === f) ce.add(rb.exc[m], rf, i, exc[i]);
   }
   for (const i of top) {
     let cur = rf;
@@ -248,13 +267,14 @@ export function sandwich(t: Tree, f: number): Sandwich {
       path.push(cur);
     }
     for (const m of ms) {
-      const isMax = MAX_METRICS.has(m);
+      const c = rinc.get(m)!;
       const v = t.inc[m][i];
-      add(rb.inc[m], 0, v, isMax);
-      for (const p of path) add(rb.inc[m], p, v, isMax);
+      c.add(rb.inc[m], 0, i, v);
+      for (const p of path) c.add(rb.inc[m], p, i, v);
     }
   }
-  return { callers: rb.finish(t.frames, t.metrics), callees: cb.finish(t.frames, t.metrics) };
+  // the rows add up the frame's occurrences, in whatever threads they ran
+  return { callers: rb.finish(t, false), callees: cb.finish(t, false) };
 }
 
 /** Merges `cur` and `base` by call path (frames matched by kind, name, file, line and module).
@@ -286,7 +306,7 @@ export function diff(cur: Tree, base: Tree): Tree {
   const metrics: MetricInfo[] = [...cur.metrics];
   for (const m of base.metrics) if (!metrics.some((x) => x.name === m.name)) metrics.push(m);
   const all = metrics.map((m) => m.name);
-  const b = new Builder(frames.kind.length + 1, all);
+  const b = new Builder(frames.kind.length + 1, all, { metrics });
   const place = (t: Tree, fm: Int32Array): Int32Array => {
     const map = new Int32Array(t.n);
     for (let i = 1; i < t.n; i++) map[i] = b.child(map[t.parent[i]], fm[t.frame[i]]);
@@ -304,16 +324,11 @@ export function diff(cur: Tree, base: Tree): Tree {
       const ti = t.inc[m];
       const te = t.exc[m];
       if (ti && te) {
-        const isMax = MAX_METRICS.has(m);
+        const ci = new Combiner(t, m, "inc");
+        const ce = new Combiner(t, m, "exc");
         for (let i = 0; i < t.n; i++) {
-          const j = map[i];
-          if (isMax) {
-            ii[j] = Math.max(ii[j], ti[i]);
-            ee[j] = Math.max(ee[j], te[i]);
-          } else {
-            ii[j] += ti[i];
-            ee[j] += te[i];
-          }
+          ci.add(ii, map[i], i, ti[i]);
+          ce.add(ee, map[i], i, te[i]);
         }
       }
       inc[m] = ii;
@@ -327,6 +342,8 @@ export function diff(cur: Tree, base: Tree): Tree {
   const tree = makeTree(Int32Array.from(b.parent), Int32Array.from(b.frame), frames, metrics, va.inc, va.exc);
   tree.base = vb;
   tree.diffMaps = { cur: ma, base: mb };
+  tree.perThread = cur.perThread && base.perThread;
+  tree.elapsed = cur.elapsed;
   return tree;
 }
 
@@ -386,7 +403,6 @@ export function lineMetrics(t: Tree, spec: MetricSpec, file: string, inc: Float6
       if (f.line[i] > maxLine) maxLine = f.line[i];
     }
   }
-  void spec;
   const key = new Int32Array(t.n);
   let anyNode = false;
   for (let i = 0; i < t.n; i++) {
@@ -398,12 +414,18 @@ export function lineMetrics(t: Tree, spec: MetricSpec, file: string, inc: Float6
   const li = new Float64Array(maxLine + 1);
   const le = new Float64Array(maxLine + 1);
   const seen = new Uint8Array(maxLine + 1);
+  // a line's row combines its nodes by the metric's rule (a ratio: the ratios added up)
+  const ce = spec.den ? null : new Combiner(t, spec.num, "exc");
+  const ci = spec.den ? null : new Combiner(t, spec.num, "inc");
   for (let i = 0; i < t.n; i++) {
     const l = key[i];
     if (l < 0) continue;
     seen[l] = 1;
-    le[l] += exc[i];
-    if (top[i]) li[l] += inc[i];
+    if (ce) ce.add(le, l, i, exc[i]);
+    else le[l] += exc[i];
+    if (!top[i]) continue;
+    if (ci) ci.add(li, l, i, inc[i]);
+    else li[l] += inc[i];
   }
   const out: LineValues[] = [];
   for (let l = 1; l <= maxLine; l++) if (seen[l]) out.push({ line: l, inc: li[l], exc: le[l] });
@@ -493,6 +515,9 @@ export class LazyBottomUp {
   readonly frame: number[] = [0];
   readonly inc: Record<string, number[]> = {};
   readonly exc: Record<string, number[]> = {};
+  /** a frame's row adds up its time in every thread */
+  readonly perThread = false;
+  readonly elapsed: number | null;
   private kids: (number[] | null)[] = [null];
   private cursors: (Int32Array | null)[] = [null];
   private origins: (Int32Array | null)[] = [null];
@@ -501,6 +526,7 @@ export class LazyBottomUp {
   constructor(private t: Tree) {
     this.frames = t.frames;
     this.metrics = t.metrics;
+    this.elapsed = t.elapsed;
     this.names = names(t);
     for (const m of this.names) {
       this.inc[m] = [0];
@@ -519,13 +545,7 @@ export class LazyBottomUp {
     this.cursors[0] = s;
     this.origins[0] = s;
     this.expand(0, true);
-    for (const m of this.names) {
-      const isMax = MAX_METRICS.has(m);
-      const ex = t.exc[m];
-      let v = 0;
-      for (const o of s) v = isMax ? Math.max(v, ex[o]) : v + ex[o];
-      this.inc[m][0] = v;
-    }
+    for (const m of this.names) this.inc[m][0] = t.inc[m][0]; // the root is the whole profile
   }
 
   get n(): number {
@@ -546,6 +566,10 @@ export class LazyBottomUp {
       g.push(c, org[k]);
     }
     const kids: number[] = [];
+    // each new row combines the exclusive values of its origins, by each metric's rule
+    const comb = this.names.map((m) => new Combiner(t, m, "exc"));
+    const acc = this.names.map(() => new Float64Array(groups.size));
+    let row = 0;
     for (const [f, g] of groups) {
       const id = this.parent.length;
       this.parent.push(node);
@@ -559,14 +583,14 @@ export class LazyBottomUp {
       }
       this.cursors.push(c);
       this.origins.push(o);
-      for (const m of this.names) {
-        const isMax = MAX_METRICS.has(m);
+      this.names.forEach((m, k) => {
         const ex = t.exc[m];
-        let v = 0;
-        for (const x of o) v = isMax ? Math.max(v, ex[x]) : v + ex[x];
+        for (const x of o) comb[k].add(acc[k], row, x, ex[x]);
+        const v = acc[k][row];
         this.inc[m].push(v);
         this.exc[m].push(first ? v : 0);
-      }
+      });
+      row++;
       kids.push(id);
     }
     this.kids[node] = kids;

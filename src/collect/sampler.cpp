@@ -265,9 +265,11 @@ void tick(State &s, uint64_t wall_delta) {
         }
       }
 #endif
-      // Its wall time counts from this tick (it started at most a tick ago), and a profiler
-      // thread hides itself (sampler_hide_current_thread) before the next one.
-      continue;
+      // Another thread's wall time counts from this tick (it started at most a tick ago), and a
+      // profiler thread hides itself (sampler_hide_current_thread) before the next one. The
+      // starting thread's CPU time since the start is counted now: a short program may see no
+      // other tick.
+      if (!starter || wall_delta == 0) continue;
     }
     uint64_t cpu = now_ns(st.clock);
     uint64_t cpu_delta = cpu > st.last_cpu ? cpu - st.last_cpu : 0;

@@ -141,3 +141,42 @@ def test_an_import_error_inside_the_module_is_the_program_s(tmp_path):
     assert "Traceback" in proc.stderr and "no_such_dependency" in proc.stderr
     assert (tmp_path / "ran").exists()
     assert deepcontext.load(out).meta["complete"] == "1"
+
+
+# A profile larger than SQLite's page cache (4 MB of metadata) under a 1 MiB file size limit: the
+# schema is written, then an insert fails in the middle of the transaction (SQLite rolls it back).
+FULL_DISK_MID_WRITE = """
+import resource, signal
+import deepcontext._core
+deepcontext._core.set_meta("filler", "x" * 4_000_000)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+sys.exit(5)
+"""
+
+
+def test_a_write_that_fails_midway_names_its_first_cause(tmp_path):
+    prog = write_program(tmp_path, WORK + FULL_DISK_MID_WRITE)
+    out = tmp_path / "x.dctx"
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog), check=False)
+    assert proc.returncode == 5
+    line = _error_line(proc.stderr)
+    assert line.startswith(f"deepcontext: error: could not write the profile {out} ("), line
+    # the failed write itself (EFBIG), not what a later call says after SQLite's rollback
+    assert "File too large" in line and "no transaction" not in line, line
+    assert _profiles(tmp_path) == []
+
+
+def test_an_existing_profile_is_intact_after_a_failed_write(tmp_path):
+    out = tmp_path / "x.dctx"
+    first = write_program(tmp_path, WORK)
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(first))
+    before = out.read_bytes()
+    prog = tmp_path / "again.py"
+    prog.write_text(WORK + FULL_DISK_MID_WRITE)
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog), check=False)
+    assert proc.returncode == 5
+    assert "could not write the profile" in _error_line(proc.stderr)
+    assert out.read_bytes() == before
+    assert deepcontext.load(out).meta["complete"] == "1"
+    assert [p.name for p in _profiles(tmp_path)] == ["x.dctx"]  # no temporary file left

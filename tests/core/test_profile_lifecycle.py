@@ -32,7 +32,7 @@ spin(1_000_000)
         ("", 0),
         ("import sys; sys.exit(3)", 3),
         ("raise RuntimeError('boom')", 1),
-        ("raise KeyboardInterrupt", 130),
+        ("raise KeyboardInterrupt", -signal.SIGINT),  # python ends by the signal too
     ],
 )
 def test_profile_is_complete_on_every_normal_ending(run_program, ending, code):

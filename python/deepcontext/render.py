@@ -36,6 +36,16 @@ from .reader import (
 _MARKED_KINDS = {"scope", "module", "thread", "step", "backward"}
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` for a terminal or a text file: control characters (an escape sequence or a newline in
+    a frame name from the program) are shown as `\\x1b`, never written raw. Every text output of
+    names (report, diff, analyze) goes through it; JSON and the GUI keep the names as they are."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def frame_label(frame: Frame) -> str:
     """The one-line name of a frame used by every view and exporter."""
     kind = frame.kind

@@ -6,13 +6,16 @@ framework is imported). The final profile is written by `stop()`, which also run
 exit and on SIGTERM (then the signal's default action resumes). A forked child that profiles
 (fork_children="profile") writes its own at those points and at os._exit(), the way every
 multiprocessing child leaves. If the output cannot be written at the end, the profile goes to the
-same name in the current directory or the temp directory instead. os._exit() in the profiled
-process itself, a crash or SIGKILL leave the last checkpoint (complete=0; the first after 5 s).
+same name in the current directory or the temp directory instead. A run holds a lock beside its
+output until it is written: a second run to the same output writes `<stem>.<pid>.dctx` instead.
+os._exit() in the profiled process itself, a crash or SIGKILL leave the last checkpoint
+(complete=0; the first after 5 s).
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import importlib
 import json
 import os
@@ -95,16 +98,22 @@ def start(output: str | None = None, **options) -> str:
     Settings.from_options(opts)  # a bad --trace-steps is the caller's error, before we start
     # Import the integrations before sampling starts: their import is ours, not the program's.
     modules = integration_modules()
-    core.start(
-        output,
-        _PACKAGE_DIR,
-        threading.main_thread().ident or 0,
-        interval_ms=float(opts["interval_ms"]),
-        native=bool(opts["native"]),
-        wall=bool(opts["wall"]),
-        counters=bool(opts["counters"]),
-        checkpoint_s=float(opts["checkpoint_s"]),
-    )
+    output, lock = _claim(output)
+    opts["output"] = output
+    try:
+        core.start(
+            output,
+            _PACKAGE_DIR,
+            threading.main_thread().ident or 0,
+            interval_ms=float(opts["interval_ms"]),
+            native=bool(opts["native"]),
+            wall=bool(opts["wall"]),
+            counters=bool(opts["counters"]),
+            checkpoint_s=float(opts["checkpoint_s"]),
+        )
+    except BaseException:
+        _release({"lock": lock}, output)
+        raise
     core.set_meta("command", json.dumps(opts["command"]))
     core.set_meta("cwd", os.getcwd())
     core.set_meta("host", socket.gethostname())
@@ -113,7 +122,7 @@ def start(output: str | None = None, **options) -> str:
     core.set_meta("metrics_enabled", json.dumps(enabled))
     for k, v in _versions().items():
         core.set_meta(k, v)
-    _state = {"options": opts, "integrations": []}
+    _state = {"options": opts, "integrations": [], "lock": lock}
     for module in modules:
         activate = getattr(module, "activate", None)
         if activate is not None:
@@ -145,6 +154,7 @@ def stop(write: bool = True) -> str | None:
     try:
         return _finish(core, state, write)
     finally:
+        _release(state, state["options"]["output"])
         _stopping = False
         if _pending_signal:  # a SIGTERM waited for the profile
             _end_by(_pending_signal)
@@ -178,6 +188,58 @@ def _finish(core, state: dict, write: bool) -> str | None:
         return path
     also = f", nor {' or '.join(tried)}" if tried else ""
     raise RuntimeError(f"could not write the profile {output} ({failure}){also}")
+
+
+def _lock_path(output: str) -> str:
+    folder, name = os.path.split(output)
+    return os.path.join(folder, f".{name}.lock")
+
+
+def _claim(output: str) -> tuple[str, int | None]:
+    """One run writes a given output at a time: it holds an exclusive lock on `.<name>.lock` beside
+    it until its profile is written. A run that finds the lock held writes `<stem>.<pid><ext>`
+    instead and says so; without this the last of two runs would silently replace the other's
+    profile. Returns the output path and the lock's descriptor (None where no lock can be made:
+    then the run goes on as before)."""
+    path = _lock_path(output)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return output, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            stem, ext = os.path.splitext(output)
+            other = f"{stem}.{os.getpid()}{ext or '.dctx'}"
+            print(
+                f"deepcontext: {output} is being written by another run; this one writes {other}",
+                file=sys.stderr,
+            )
+            return _claim(other)
+        except OSError:
+            os.close(fd)
+            return output, None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            same = False
+        if same:
+            return output, fd
+        os.close(fd)  # its owner removed it as we locked it: the lock is on a new file now
+
+
+def _release(state: dict, output: str) -> None:
+    """The end of the claim: the lock file is removed while still locked, then unlocked."""
+    fd = state.pop("lock", None)
+    if fd is None:
+        return
+    try:
+        os.unlink(_lock_path(output))
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def _fallback_paths(output: str) -> list[str]:
@@ -258,6 +320,8 @@ def _after_fork_child() -> None:
     if _state is None:
         return
     state, _state = _state, None
+    if state.get("lock") is not None:
+        os.close(state["lock"])  # the parent's: it stays locked and in place while the parent runs
     core = _core()
     core.after_fork_child()
     opts = state["options"]

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -114,7 +115,11 @@ const CodeInfo &code_info(PyCodeObject *code) {
 
 void set_hidden_prefix(const std::string &prefix) {
   static bool once = [] {
-    // A thread walking its stack (no GIL: inside an operator) may hold the lock at fork.
+    // A thread walking its stack (no GIL: inside an operator) may hold the lock at fork. Lock
+    // order, at run time and at fork: g_code_mu, then Tree::mu_ (capture_python interns and
+    // adds frames while it holds g_code_mu). Prepare handlers run in the reverse order of their
+    // registration, so the tree's is registered first (by tree()), and this one after it.
+    (void)tree();
     pthread_atfork([] { g_code_mu.lock(); }, [] { g_code_mu.unlock(); },
                    [] { g_code_mu.unlock(); });
     return true;
@@ -153,41 +158,55 @@ static int frame_line(PyCodeObject *code, int addr) {
 
 size_t capture_python(_ts *ts, uint32_t *out, size_t max, bool drop_openers) {
   if (!ts) return 0;
-  // Innermost-first walk into a local buffer, then reversed.
+  // Innermost-first walk into a local ring buffer, then reversed. A deeper stack keeps its
+  // OUTERMOST kMax frames (the program's entry and main loop, which every path shares) and says so
+  // once in the profile; kWalkLimit only bounds the walk of a damaged frame chain.
   constexpr size_t kMax = 512;
+  constexpr size_t kWalkLimit = size_t{1} << 22;
   PyCodeObject *codes[kMax];
   int addrs[kMax];  // byte offset of the current instruction
-  size_t n = 0;
+  size_t n = 0;     // frames walked; frame j is at j % kMax
 #if PY_VERSION_HEX >= 0x030D0000
   _PyInterpreterFrame *f = ts->current_frame;
-  for (; f && n < kMax; f = f->previous) {
+  for (; f && n < kWalkLimit; f = f->previous) {
     if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
     PyObject *ex = f->f_executable;
     if (!ex || !PyCode_Check(ex)) continue;
     PyCodeObject *code = reinterpret_cast<PyCodeObject *>(ex);
     int lasti = _PyInterpreterFrame_LASTI(f);
     if (lasti < 0) continue;
-    codes[n] = code;
-    addrs[n++] = lasti * int(sizeof(_Py_CODEUNIT));
+    codes[n % kMax] = code;
+    addrs[n++ % kMax] = lasti * int(sizeof(_Py_CODEUNIT));
   }
 #elif PY_VERSION_HEX >= 0x030B0000
   _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : nullptr;
-  for (; f && n < kMax; f = f->previous) {
+  for (; f && n < kWalkLimit; f = f->previous) {
 #if PY_VERSION_HEX >= 0x030C0000
     if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
 #endif
     if (_PyFrame_IsIncomplete(f)) continue;
     PyCodeObject *code = f->f_code;
     if (!code) continue;
-    codes[n] = code;
-    addrs[n++] = _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT));
+    codes[n % kMax] = code;
+    addrs[n++ % kMax] = _PyInterpreterFrame_LASTI(f) * int(sizeof(_Py_CODEUNIT));
   }
 #else
-  for (PyFrameObject *f = ts->frame; f && n < kMax; f = f->f_back) {
-    codes[n] = f->f_code;
-    addrs[n++] = f->f_lasti * 2;
+  for (PyFrameObject *f = ts->frame; f && n < kWalkLimit; f = f->f_back) {
+    codes[n % kMax] = f->f_code;
+    addrs[n++ % kMax] = f->f_lasti * 2;
   }
 #endif
+  if (n > kMax) {
+    // The outermost kMax frames, innermost first from index 0 (frame n - kMax is at n % kMax).
+    std::rotate(codes, codes + n % kMax, codes + kMax);
+    std::rotate(addrs, addrs + n % kMax, addrs + kMax);
+    static std::atomic<bool> noted{false};
+    if (!noted.exchange(true))
+      tree().note("Python stacks deeper than " + std::to_string(kMax) +
+                  " frames were cut to their " + std::to_string(kMax) +
+                  " outermost (the first was " + std::to_string(n) + " deep)");
+    n = kMax;
+  }
   // Hot frames hit a per-thread cache: (code, instruction) -> frame id, with no lock, no line
   // table walk and no interning. The code's name and file objects are compared as in code_info,
   // so a new code object at a reused address misses.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -30,31 +31,50 @@ CREATE TABLE node_props (node INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NO
                       PRIMARY KEY (node, key)) WITHOUT ROWID;
 )sql";
 
+// The first sqlite3 call that fails sets `error` (SQLite's message and the system's, e.g. "disk
+// I/O error (File too large)"); every later call is skipped, so that message is the one the user
+// sees, not a consequence of it (after a failed write SQLite rolls the transaction back, and COMMIT
+// would say "no transaction is active").
 struct Db {
   sqlite3 *db = nullptr;
   std::string error;
   ~Db() {
     if (db) sqlite3_close(db);
   }
-  bool exec(const char *sql) {
-    char *msg = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-      error = msg ? msg : "sqlite error";
-      sqlite3_free(msg);
-      return false;
+  bool ok() const { return error.empty(); }
+  bool fail() {
+    if (error.empty()) {
+      error = db ? sqlite3_errmsg(db) : "cannot open the database";
+      const int sys = db ? sqlite3_system_errno(db) : 0;
+      if (sys != 0) error += std::string(" (") + std::strerror(sys) + ")";
     }
+    return false;
+  }
+  bool exec(const char *sql) {
+    if (!ok()) return false;
+    return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK || fail();
+  }
+  bool close() {
+    const int rc = sqlite3_close(db);
+    if (rc != SQLITE_OK) return fail();
+    db = nullptr;
     return true;
   }
 };
 
 struct Stmt {
+  Db &d;
   sqlite3_stmt *st = nullptr;
-  Stmt(sqlite3 *db, const char *sql) { sqlite3_prepare_v2(db, sql, -1, &st, nullptr); }
+  Stmt(Db &db, const char *sql) : d(db) {
+    if (d.ok() && sqlite3_prepare_v2(d.db, sql, -1, &st, nullptr) != SQLITE_OK) d.fail();
+  }
   ~Stmt() { sqlite3_finalize(st); }
+  // Runs the bound insert; false (and d.error set) if it, or an earlier call, failed.
   bool step() {
-    int rc = sqlite3_step(st);
+    if (!d.ok()) return false;
+    const int rc = sqlite3_step(st);
     sqlite3_reset(st);
-    return rc == SQLITE_DONE;
+    return rc == SQLITE_DONE || d.fail();
   }
 };
 
@@ -75,7 +95,7 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
 )sql"))
     return false;
   {
-    Stmt st(d.db, "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    Stmt st(d, "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     for (const timeline::Event &e : w.events) {
       const bool gpu = e.device != 0;
       sqlite3_bind_int64(st.st, 1, e.step);
@@ -87,19 +107,19 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
       sqlite3_bind_int64(st.st, 6, gpu ? 0 : lane);
       sqlite3_bind_int64(st.st, 7, gpu ? sqlite3_int64{e.device} - 1 : -1);
       sqlite3_bind_int64(st.st, 8, gpu ? lane : -1);
-      st.step();
+      if (!st.step()) return false;
     }
   }
   {
-    Stmt st(d.db, "INSERT INTO timeline_steps VALUES (?, ?, ?)");
+    Stmt st(d, "INSERT INTO timeline_steps VALUES (?, ?, ?)");
     for (const timeline::Step &s : w.steps) {
       sqlite3_bind_int64(st.st, 1, s.step);
       sqlite3_bind_int64(st.st, 2, s.start_ns);
       sqlite3_bind_int64(st.st, 3, s.end_ns);
-      st.step();
+      if (!st.step()) return false;
     }
   }
-  Stmt st(d.db, "INSERT OR REPLACE INTO meta VALUES (?, ?)");
+  Stmt st(d, "INSERT OR REPLACE INTO meta VALUES (?, ?)");
   auto put = [&](const char *k, const std::string &v) {
     sqlite3_bind_text(st.st, 1, k, -1, SQLITE_STATIC);
     sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
@@ -117,7 +137,7 @@ CREATE TABLE timeline_steps (step INTEGER PRIMARY KEY, start_ns INTEGER NOT NULL
   put("timeline_dropped", std::to_string(w.dropped));
   put("timeline_incomplete_steps", std::to_string(w.incomplete_steps));
   put("timeline_threads", json_text(threads));
-  return true;
+  return d.ok();
 }
 
 }  // namespace
@@ -137,14 +157,17 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
     }
   } cleanup{tmp};
   Db d;
-  if (sqlite3_open(tmp.c_str(), &d.db) != SQLITE_OK) return "cannot create " + tmp;
+  if (sqlite3_open(tmp.c_str(), &d.db) != SQLITE_OK) {
+    d.fail();
+    return "cannot create " + tmp + ": " + d.error;
+  }
   std::string pragmas = "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id=" +
                         std::to_string(kApplicationId) +
                         "; PRAGMA user_version=" + std::to_string(kFormatVersion) + ";";
   if (!d.exec(pragmas.c_str()) || !d.exec(kSchema) || !d.exec("BEGIN")) return d.error;
 
   {
-    Stmt st(d.db, "INSERT INTO meta VALUES (?, ?)");
+    Stmt st(d, "INSERT INTO meta VALUES (?, ?)");
     auto put = [&](const std::string &k, const std::string &v) {
       sqlite3_bind_text(st.st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(st.st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
@@ -157,17 +180,18 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
     put("format_version", std::to_string(kFormatVersion));
     put("notes", json_text(notes));
   }
+  if (!d.ok()) return d.error;
   {
-    Stmt st(d.db, "INSERT INTO strings VALUES (?, ?)");
+    Stmt st(d, "INSERT INTO strings VALUES (?, ?)");
     for (size_t i = 0; i < snap.strings.size(); ++i) {
       sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
       sqlite3_bind_text(st.st, 2, snap.strings[i].data(), static_cast<int>(snap.strings[i].size()),
                         SQLITE_STATIC);
-      st.step();
+      if (!st.step()) return d.error;
     }
   }
   {
-    Stmt st(d.db, "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)");
+    Stmt st(d, "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)");
     for (size_t i = 0; i < snap.frames.size(); ++i) {
       const FrameKey &f = snap.frames[i];
       sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
@@ -176,33 +200,33 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
       sqlite3_bind_int64(st.st, 4, f.file);
       sqlite3_bind_int64(st.st, 5, f.line);
       sqlite3_bind_int64(st.st, 6, f.module);
-      st.step();
+      if (!st.step()) return d.error;
     }
   }
   {
-    Stmt st(d.db, "INSERT INTO nodes VALUES (?, ?, ?)");
+    Stmt st(d, "INSERT INTO nodes VALUES (?, ?, ?)");
     for (size_t i = 0; i < snap.parent.size(); ++i) {
       sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
       sqlite3_bind_int64(st.st, 2, snap.parent[i]);
       sqlite3_bind_int64(st.st, 3, snap.node_frame[i]);
-      st.step();
+      if (!st.step()) return d.error;
     }
   }
   {
-    Stmt st(d.db, "INSERT INTO metrics VALUES (?, ?, ?, ?)");
+    Stmt st(d, "INSERT INTO metrics VALUES (?, ?, ?, ?)");
     for (size_t i = 0; i < snap.metrics.size(); ++i) {
       sqlite3_bind_int64(st.st, 1, static_cast<sqlite3_int64>(i));
       sqlite3_bind_text(st.st, 2, snap.metrics[i].name.c_str(), -1, SQLITE_STATIC);
       sqlite3_bind_text(st.st, 3, snap.metrics[i].unit.c_str(), -1, SQLITE_STATIC);
       sqlite3_bind_text(st.st, 4, snap.metrics[i].description.c_str(), -1, SQLITE_STATIC);
-      st.step();
+      if (!st.step()) return d.error;
     }
   }
   {
     // Inclusive values: children have larger ids than their parents, so one reverse pass sums
     // each subtree into its root.
     size_t n = snap.parent.size();
-    Stmt st(d.db, "INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
+    Stmt st(d, "INSERT INTO node_metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
     std::vector<double> inc(n);
     std::vector<char> touched(n);
     std::vector<const Acc *> own(n);
@@ -233,23 +257,21 @@ std::string write_profile(const Snapshot &snap, const std::string &path) {
         sqlite3_bind_double(st.st, 5, a ? a->min : 0);
         sqlite3_bind_double(st.st, 6, a ? a->max : 0);
         sqlite3_bind_double(st.st, 7, inc[i]);
-        st.step();
+        if (!st.step()) return d.error;
       }
     }
   }
   {
-    Stmt st(d.db, "INSERT INTO node_props VALUES (?, ?, ?)");
+    Stmt st(d, "INSERT INTO node_props VALUES (?, ?, ?)");
     for (auto &[k, v] : snap.props) {
       sqlite3_bind_int64(st.st, 1, k.first);
       sqlite3_bind_text(st.st, 2, k.second.c_str(), -1, SQLITE_STATIC);
       sqlite3_bind_text(st.st, 3, v.c_str(), -1, SQLITE_STATIC);
-      st.step();
+      if (!st.step()) return d.error;
     }
   }
   if (tl.enabled && !write_timeline(d, tl)) return d.error;
-  if (!d.exec("COMMIT")) return d.error;
-  sqlite3_close(d.db);
-  d.db = nullptr;
+  if (!d.exec("COMMIT") || !d.close()) return d.error;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return "cannot rename " + tmp + " to " + path;
   cleanup.renamed = true;
   return "";

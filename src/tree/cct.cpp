@@ -9,7 +9,8 @@
 namespace dctx {
 
 Tree &tree() {
-  // Leaked on purpose: used by threads and atexit after main.
+  // Leaked on purpose: used by threads and atexit after main. Lock order at fork: the code
+  // cache's handler (python_stack.cpp) is registered after this one, so it locks first.
   static Tree *t = [] {
     auto *tr = new Tree();
     pthread_atfork([] { tree().lock_all(); }, [] { tree().unlock_all(); },

@@ -353,3 +353,31 @@ def test_wall_time_total_is_the_elapsed_time_not_the_threads_sum(run_program):
     ]
     assert shares and max(shares) <= 100.0, text
     assert "the total is the elapsed time" in text
+
+
+def test_a_stack_deeper_than_512_frames_keeps_its_outermost_frames(tmp_path):
+    # 700 frames of recursion under main(): the cut keeps the program's entry, not the innermost.
+    prog = tmp_path / "deep.py"
+    prog.write_text(
+        "import sys, time\n"
+        "sys.setrecursionlimit(5000)\n"
+        "def down(n):\n"
+        "    if n:\n"
+        "        return down(n - 1)\n"
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < 0.5:\n"
+        "        pass\n"
+        "def main():\n"
+        "    down(700)\n"
+        "main()\n"
+    )
+    out = tmp_path / "deep.dctx"
+    subprocess.run(
+        [sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(out), str(prog)],
+        check=True,
+        capture_output=True,
+    )
+    p = deepcontext.load(out)
+    assert p.find("main", file="deep.py"), "the outermost frames were cut"
+    notes = [n for n in p.notes if "512" in n]
+    assert len(notes) == 1 and "outermost" in notes[0] and "deep" in notes[0], p.notes

@@ -32,7 +32,7 @@ spin(1_000_000)
         ("", 0),
         ("import sys; sys.exit(3)", 3),
         ("raise RuntimeError('boom')", 1),
-        ("raise KeyboardInterrupt", 130),
+        ("raise KeyboardInterrupt", -signal.SIGINT),  # python ends by the signal too
     ],
 )
 def test_profile_is_complete_on_every_normal_ending(run_program, ending, code):
@@ -72,8 +72,23 @@ while True:
 """
 
 
-@pytest.mark.parametrize("sig, expect", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)])
-def test_profile_is_complete_after_sigterm_and_sigint(tmp_path, sig, expect):
+def _plain_python_status(tmp_path, sig) -> int:
+    """How `python prog.py` ends on the signal (an uncaught KeyboardInterrupt: by SIGINT itself)."""
+    prog = tmp_path / "plain.py"
+    prog.write_text(textwrap.dedent(LOOP))
+    proc = subprocess.Popen(
+        [sys.executable, str(prog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    return proc.returncode
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_profile_is_complete_after_sigterm_and_sigint(tmp_path, sig):
+    expect = _plain_python_status(tmp_path, sig)
+    assert expect == -sig
     proc, out = _start(tmp_path, LOOP)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 from core_helpers import line_of
+from program_helpers import run_deepcontext, write_program
 
 PROGRAM = """
 import slowmod  # IMPORT
@@ -195,3 +196,37 @@ def test_vectorized_splice_matches_the_node_by_node_transform(profile):
     merged = tree.transformed(hide=callers)
     assert len(merged) < len(tree) - int(callers.sum())  # some nodes merged
     assert merged.metrics["cpu_time"].inc[0] == pytest.approx(tree.metrics["cpu_time"].inc[0])
+
+
+ESCAPING = """
+import time
+def work():
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        pass
+# a name with a terminal escape sequence (set the window title) and a bell
+evil = "evil\\x1b]0;pwned\\x07"
+work.__code__ = work.__code__.replace(co_name=evil, co_qualname=evil)
+work()
+"""
+
+
+def test_text_outputs_escape_control_characters_in_names(tmp_path):
+    a = tmp_path / "a.dctx"
+    b = tmp_path / "b.dctx"
+    run_deepcontext(tmp_path, "-q", "-o", str(a), str(write_program(tmp_path, "x = 1\n", "a.py")))
+    run_deepcontext(tmp_path, "-q", "-o", str(b), str(write_program(tmp_path, ESCAPING)))
+    outputs = {
+        "report": [str(b)],
+        "report flat": [str(b), "--view", "flat"],
+        "diff": [str(a), str(b)],
+    }
+    for what, args in outputs.items():
+        cmd = [sys.executable, "-m", "deepcontext", what.split()[0], *args]
+        text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        assert "evil\\x1b]0;pwned\\x07" in text, (what, text)
+        assert "\x1b" not in text and "\x07" not in text, what
+    # JSON keeps the name as it is
+    cmd = [sys.executable, "-m", "deepcontext", "report", str(b), "--format", "json"]
+    doc = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert '"evil\\u001b]0;pwned\\u0007"' in doc

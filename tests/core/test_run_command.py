@@ -4,8 +4,10 @@ fallback path, the program's exit status kept."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import deepcontext
 from program_helpers import run_deepcontext, write_program
@@ -141,3 +143,91 @@ def test_an_import_error_inside_the_module_is_the_program_s(tmp_path):
     assert "Traceback" in proc.stderr and "no_such_dependency" in proc.stderr
     assert (tmp_path / "ran").exists()
     assert deepcontext.load(out).meta["complete"] == "1"
+
+
+# A profile larger than SQLite's page cache (4 MB of metadata) under a 1 MiB file size limit: the
+# schema is written, then an insert fails in the middle of the transaction (SQLite rolls it back).
+FULL_DISK_MID_WRITE = """
+import resource, signal
+import deepcontext._core
+deepcontext._core.set_meta("filler", "x" * 4_000_000)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+sys.exit(5)
+"""
+
+
+def test_a_write_that_fails_midway_names_its_first_cause(tmp_path):
+    prog = write_program(tmp_path, WORK + FULL_DISK_MID_WRITE)
+    out = tmp_path / "x.dctx"
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog), check=False)
+    assert proc.returncode == 5
+    line = _error_line(proc.stderr)
+    assert line.startswith(f"deepcontext: error: could not write the profile {out} ("), line
+    # the failed write itself (EFBIG), not what a later call says after SQLite's rollback
+    assert "File too large" in line and "no transaction" not in line, line
+    assert _profiles(tmp_path) == []
+
+
+def test_an_existing_profile_is_intact_after_a_failed_write(tmp_path):
+    out = tmp_path / "x.dctx"
+    first = write_program(tmp_path, WORK)
+    run_deepcontext(tmp_path, "-q", "-o", str(out), str(first))
+    before = out.read_bytes()
+    prog = tmp_path / "again.py"
+    prog.write_text(WORK + FULL_DISK_MID_WRITE)
+    proc = run_deepcontext(tmp_path, "-q", "-o", str(out), str(prog), check=False)
+    assert proc.returncode == 5
+    assert "could not write the profile" in _error_line(proc.stderr)
+    assert out.read_bytes() == before
+    assert deepcontext.load(out).meta["complete"] == "1"
+    assert [p.name for p in _profiles(tmp_path)] == ["x.dctx"]  # no temporary file left
+
+
+def test_a_second_run_to_the_same_output_does_not_replace_the_first(tmp_path):
+    out = tmp_path / "x.dctx"
+    first = write_program(
+        tmp_path,
+        """
+        import os, time
+        def first_program():
+            open("first-started", "w").close()
+            while not os.path.exists("second-done"):  # the second run starts and ends meanwhile
+                time.sleep(0.01)
+        first_program()
+        """,
+        "first.py",
+    )
+    second = write_program(
+        tmp_path,
+        """
+        import time
+        def second_program():
+            t = time.process_time()
+            while time.process_time() - t < 0.2:
+                pass
+        second_program()
+        """,
+        "second.py",
+    )
+    cmd = [sys.executable, "-m", "deepcontext", "run", "-q", "-o", str(out), str(first)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(6000):
+            if (tmp_path / "first-started").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        again = run_deepcontext(tmp_path, "-q", "-o", str(out), str(second))
+        (tmp_path / "second-done").touch()
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    # the second says in one line where its profile goes; the first keeps the output
+    line = _error_line(again.stderr)
+    assert f"{out} is being written by another run; this one writes" in line, line
+    other = line.rsplit(" ", 1)[1]
+    assert deepcontext.load(out).find("first_program")
+    assert deepcontext.load(other).find("second_program")
+    assert sorted(p.name for p in _profiles(tmp_path)) == sorted(
+        [out.name, os.path.basename(other)]
+    )

@@ -80,7 +80,10 @@ def main(args: argparse.Namespace) -> int:
     elif args.format == "json":
         out = render_json(result)
     else:
-        out = (f"note: {partial}\n" if partial else "") + render_text(result)
+        from ..render import printable
+
+        text = (f"note: {partial}\n" if partial else "") + render_text(result)
+        out = "\n".join(printable(line) for line in text.split("\n"))
     if args.output:
         try:
             with open(args.output, "w") as f:

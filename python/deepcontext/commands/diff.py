@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 def main(args) -> int:
     from ..diff import diff_profiles
     from ..reader import load
-    from ..render import format_value, frame_dict, frame_label
+    from ..render import format_value, frame_dict, frame_label, printable
 
     a, b = load(args.a), load(args.b)
     res = diff_profiles(
@@ -112,7 +112,7 @@ def main(args) -> int:
                 "new" if e.status == "new" else ("gone" if r == -1.0 else f"{r:+.0%}"),
                 format_value(e.a_inclusive, unit),
                 format_value(e.b_inclusive, unit),
-                " > ".join(frame_label(f) for f in e.path),
+                " > ".join(printable(frame_label(f)) for f in e.path),
             ]
         )
     header = ["d excl", "d incl", "rel", "A incl", "B incl"]

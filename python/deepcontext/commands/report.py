@@ -23,6 +23,7 @@ from ..render import (
     json_tree,
     load_tree,
     min_share_value,
+    printable,
     text_tree,
     view,
 )
@@ -165,6 +166,7 @@ def main(args) -> int:
             lines += text_tree(
                 tree, metrics, max_depth=args.depth, min_share=min_share, units=units
             )
+        lines = [printable(line) for line in lines]  # names from the program, shown safely
     out = "\n".join(lines) + "\n"
     if args.output:
         with open(args.output, "w") as f:

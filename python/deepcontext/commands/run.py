@@ -2,7 +2,8 @@
 `-m module`, or `-- python script.py`).
 
 The program runs in this interpreter, with profiling started first, exactly as `python script.py`
-would run it (sys.argv, sys.path[0], __main__); its exit status is ours. Before it starts, the
+would run it (sys.argv, sys.path[0], __main__); its exit status is ours, and an uncaught
+KeyboardInterrupt ends us by SIGINT as it ends python. Before it starts, the
 output's directory must be writable; a program or module that cannot be found is one line of
 error with python's exit status, and no profile.
 """
@@ -210,6 +211,7 @@ def main(args) -> int:
     output = session.start(output, **options)
     status = 0
     not_found = None
+    interrupted = None
     try:
         if script:
             runpy.run_path(script, run_name="__main__")
@@ -224,9 +226,10 @@ def main(args) -> int:
         else:
             print(code, file=sys.stderr)
             status = 1
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        status = 130
+    except KeyboardInterrupt as exc:
+        # Re-raised below once the profile is written: python then prints it and ends by SIGINT
+        # (after the program's atexit handlers), as `python script.py` would.
+        interrupted = exc
     except ImportError as exc:
         if _not_found(exc):
             not_found = exc
@@ -246,4 +249,6 @@ def main(args) -> int:
         raise UserError(str(not_found), status=1)
     if written == output and not args.quiet:  # (a fallback path has been said by stop())
         print(f"deepcontext: wrote {written}", file=sys.stderr)
+    if interrupted is not None:
+        raise interrupted
     return status

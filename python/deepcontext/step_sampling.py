@@ -53,7 +53,9 @@ class Settings:
     max_period: int = 100
     long_step_factor: float = 8.0  # a step this many times the usual one is traced from then on
     long_step_min_s: float = 0.5
-    no_steps_s: float = 10.0  # no step end seen for this long: time windows
+    # No step end seen for this long: time windows. A minute, so that a short step-less program
+    # (a script, a test, a benchmark, a compile that takes its first half-minute) is traced whole.
+    no_steps_s: float = 60.0
     window_s: float = 0.1
     window_period_s: float = 2.0
     seed: int = 0

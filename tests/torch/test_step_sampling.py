@@ -11,7 +11,7 @@ import pytest
 from deepcontext import reader
 from deepcontext.errors import UserError
 from deepcontext.step_sampling import FULL, OFF, SAMPLED, Schedule, Settings, parse_range
-from program_helpers import run_deepcontext, write_program
+from program_helpers import line_of, run_deepcontext, write_program
 
 
 def drive(schedule: Schedule, steps: int, traced_s: float, untraced_s: float) -> list[int]:
@@ -167,6 +167,27 @@ def test_sampled_steps_estimate_what_every_step_records(loops):
     # The schedule's watchdog thread is the profiler's, not the program's.
     threads = {n.frame.name for n in sampled.nodes() if n.frame.kind == "thread"}
     assert "deepcontext-steps" not in threads, threads
+
+
+def test_a_short_program_without_steps_is_traced_whole(tmp_path):
+    # A minute-long start-up (a compile, loading data) and then a short burst of work: every
+    # operator of the burst is in the profile, not left between time windows.
+    prog = write_program(
+        tmp_path,
+        """
+        import time
+        import torch
+        time.sleep(12)  # START-UP
+        x = torch.randn(64, 64)
+        for i in range(20):
+            y = torch.mm(x, x)  # BURST
+        """,
+    )
+    run_deepcontext(tmp_path, "-q", "-o", "p.dctx", str(prog))
+    p = reader.load(tmp_path / "p.dctx")
+    line = line_of(prog, "# BURST")
+    mm = [n for n in p.find("aten::mm") if any(f.line == line for f in n.path())]
+    assert sum(n.exclusive("op_count") for n in mm) == 20, p.meta.get("trace_mode")
 
 
 def test_explicit_steps_and_a_step_range(tmp_path):

@@ -20,7 +20,7 @@ from ..render import (
     frame_dict,
     frame_label,
     invert,
-    json_tree,
+    json_tree_text,
     load_tree,
     min_share_value,
     text_tree,
@@ -147,15 +147,12 @@ def main(args) -> int:
         }
         if args.view == "flat":
             doc["rows"] = _flat_json(tree, metrics, min_value, args.limit)
-        else:
-            doc["tree"] = json_tree(tree, metrics, max_depth=args.depth, min_share=min_share)
-        # json's encoder recurses once per level: deep call paths (recursion) need room
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 4 * _tree_depth(tree) + 1000))
-        try:
             text = json.dumps(doc, separators=(",", ":"))
-        finally:
-            sys.setrecursionlimit(limit)
+        else:
+            # "tree" is the last key; the nested tree is written piece by piece (render)
+            head = json.dumps(doc, separators=(",", ":"))[:-1]
+            tree_text = json_tree_text(tree, metrics, max_depth=args.depth, min_share=min_share)
+            text = head + ',"tree":' + "".join(tree_text) + "}"
         lines = [text]
     else:
         lines = _header(profile, tree, metrics, units, args.view)
@@ -174,10 +171,6 @@ def main(args) -> int:
     else:
         sys.stdout.write(out)
     return 0
-
-
-def _tree_depth(tree) -> int:
-    return int(tree.depth().max()) if len(tree) else 0
 
 
 def _progress(what: str):

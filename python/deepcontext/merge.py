@@ -34,6 +34,7 @@ from .reader import (
     corrupt,
     kind_number,
     read_header,
+    read_meta_json,
     read_nodes,
 )
 from .writer import fast_writes, insert_tables, meta_json
@@ -377,12 +378,9 @@ class Merger:
             meta["end_time"] = max(ends)
         notes: list[str] = []
         for m in metas:
-            try:
-                for note in json.loads(m.get("notes", "[]")):
-                    if note not in notes:
-                        notes.append(note)
-            except ValueError:
-                pass
+            for note in read_meta_json(m, "notes") or []:
+                if note not in notes:
+                    notes.append(note)
         meta["notes"] = json.dumps(notes)
         meta["complete"] = "1" if all(m.get("complete", "1") == "1" for m in metas) else "0"
         meta["merged_count"] = str(len(self.inputs))

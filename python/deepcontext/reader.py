@@ -115,22 +115,36 @@ def stat_base(name: str) -> str | None:
     return base if base and stat in MERGE_STATS else None
 
 
+def read_meta_json(meta: dict, key: str, kind: type = list):
+    """A metadata value that the profiler writes as JSON of type `kind` (notes, command,
+    merged_inputs, ...), parsed; None where the file holds anything else, as a profile from
+    elsewhere may (text that is not JSON, another type, nesting too deep to parse)."""
+    text = meta.get(key)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, kind) else None
+
+
 def elapsed_ns(meta: dict[str, str]) -> float | None:
     """The profiled run's elapsed time (the CPU sampler's span), the whole that wall_time is a part
     of; for a merged profile the inputs' elapsed times added up (wall_time adds up across them).
     None for profiles that did not record it."""
     if "merged_inputs" in meta:
-        try:
-            metas = [i.get("meta", {}) for i in json.loads(meta["merged_inputs"])]
-        except (ValueError, TypeError, AttributeError):
+        inputs = read_meta_json(meta, "merged_inputs") or []
+        metas = [i.get("meta") for i in inputs if isinstance(i, dict)]
+        if len(metas) != len(inputs) or not all(isinstance(m, dict) for m in metas):
             return None
         each = [elapsed_ns(m) for m in metas]
         return None if not each or None in each else float(sum(each))  # type: ignore[arg-type]
     try:
         v = float(meta["elapsed_ns"])
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError):
         return None
-    return v if v > 0 else None
+    return v if 0 < v < float("inf") else None
 
 
 class Node:
@@ -495,7 +509,7 @@ class Profile:
 
     @property
     def notes(self) -> list[str]:
-        return json.loads(self.meta.get("notes", "[]"))
+        return read_meta_json(self.meta, "notes") or []
 
     # -- metrics --------------------------------------------------------------------------
     def metric_names(self) -> list[str]:

@@ -33,6 +33,7 @@ from .reader import (
     corrupt,
     elapsed_ns,
     read_header,
+    read_meta_json,
     read_nodes,
     stat_base,
 )
@@ -453,10 +454,7 @@ class ProfileInfo:
 
     @property
     def notes(self) -> list[str]:
-        try:
-            return list(json.loads(self.meta.get("notes", "[]")))
-        except ValueError:
-            return []
+        return read_meta_json(self.meta, "notes") or []
 
     def default_metric(self) -> str:
         for m in ("gpu_time", "cpu_time", "op_time", "wall_time"):

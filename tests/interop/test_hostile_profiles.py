@@ -129,7 +129,10 @@ CASES = {
     "frame-gap": (["DELETE FROM frames WHERE id = 2"], "frame id {frames_less1} outside 0..{frames_less2}"),
     # tables that are not tables: a recursive view hung every reader
     "recursive-view": (RECURSIVE_VIEW, "nodes is a view, not a table"),
-    "no-table": (["DROP TABLE node_props"], "no such table: node_props"),
+    "meta-view": (
+        ["DROP TABLE meta", "CREATE VIEW meta AS SELECT 'complete' AS key, '1' AS value"],
+        "meta is a view, not a table",
+    ),
 }  # fmt: skip
 
 
@@ -192,6 +195,26 @@ def test_chrome_export_with_metadata_that_is_not_the_profilers(base, tmp_path, m
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert len([e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != "step"]) == 5
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"notes": "5", "command": "[1, 2]", "elapsed_ns": "inf"},
+        {"notes": "[" * 100_000, "command": "{", "merged_inputs": "[1]"},
+        {"notes": '{"a": 1}', "merged_inputs": '[{"meta": {"elapsed_ns": [1]}}]'},
+    ],
+)
+def test_metadata_that_is_not_the_profilers_is_ignored(base, tmp_path, meta):
+    """Metadata the profiler writes as JSON (notes, command, merged_inputs) may be anything in
+    a file from elsewhere: the commands read on without it."""
+    sql = [f"INSERT OR REPLACE INTO meta VALUES ('{k}', '{v}')" for k, v in meta.items()]
+    path = edited(base, tmp_path / "meta.dctx", *sql)
+    for cmd in commands(path, base, tmp_path):
+        if cmd[0] == "view" or "chrome" in cmd:  # view serves forever; no timeline to export
+            continue
+        r = run(*cmd, "-m", "wall_time") if cmd[0] == "report" else run(*cmd)
+        assert r.returncode == 0, (cmd, r.stderr[-3000:])
 
 
 def test_chrome_export_of_a_bad_timeline_is_one_line(base, tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..partial import partial_note
+from ..reader import read_meta_json
 from ..render import (
     ProfileInfo,
     Tree,
@@ -197,11 +198,8 @@ def _print_rich(lines: list[str]) -> None:
 
 
 def _header(profile, tree, metrics, units, view) -> list[str]:
-    cmd = profile.meta.get("command", "")
-    try:
-        cmd = " ".join(json.loads(cmd))
-    except (ValueError, TypeError):
-        pass
+    argv = read_meta_json(profile.meta, "command")
+    cmd = " ".join(map(str, argv)) if argv is not None else profile.meta.get("command", "")
     totals = ", ".join(
         f"{m} {format_value(float(tree.metrics[m].inc[0]), units[m])}" for m in metrics
     )

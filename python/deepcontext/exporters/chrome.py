@@ -16,7 +16,15 @@ import json
 import sqlite3
 
 from ..errors import UserError
-from ..reader import FRAME_KINDS, TIMELINE_TABLES, _open, check_table, corrupt, table_type
+from ..reader import (
+    FRAME_KINDS,
+    TIMELINE_TABLES,
+    _open,
+    check_table,
+    corrupt,
+    read_meta_json,
+    table_type,
+)
 from ..render import Tree, frame_label
 
 GPU_PID_BASE = 1 << 30  # GPU d is process GPU_PID_BASE + d (no real pid is that large)
@@ -197,20 +205,19 @@ def _metadata(
     def m(name: str, p: int, tid: int, value, key: str = "name") -> dict:
         return {"name": name, "ph": "M", "pid": p, "tid": tid, "args": {key: value}}
 
-    threads_meta = _json(meta.get("timeline_threads"))
+    threads_meta = read_meta_json(meta, "timeline_threads", dict)
     names = {}
     if isinstance(threads_meta, dict):
         for k, v in threads_meta.items():
             if isinstance(k, str) and k.lstrip("-").isdigit() and isinstance(v, str):
                 names[int(k)] = v
     gpus = {}
-    devices = _json(meta.get("gpu_devices"))
-    for d in devices if isinstance(devices, list) else []:
+    for d in read_meta_json(meta, "gpu_devices") or []:
         ordinal = str(d.get("ordinal")) if isinstance(d, dict) else ""
         if ordinal.isdigit():
             gpus[int(ordinal)] = str(d.get("name", ""))
-    argv = _json(meta.get("command"))
-    command = " ".join(map(str, argv)) if isinstance(argv, list) else ""
+    argv = read_meta_json(meta, "command")
+    command = " ".join(map(str, argv)) if argv is not None else ""
     out = [
         # the viewers add " (pid N)" / " N" to the name themselves
         m("process_name", pid, 0, command or "python"),
@@ -234,17 +241,6 @@ def _metadata(
     for (p, tid, lane), lane_tid in sorted(lane_tids.items()):
         out.append(m("thread_name", p, lane_tid, f"{titles[(p, tid)]} (overlapping, {lane})"))
     return out
-
-
-def _json(text: str | None):
-    """A metadata value the profiler writes as JSON; None where it is not JSON (a profile is a
-    file from anywhere, its metadata any text)."""
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
 
 
 def export(tree: Tree, metrics: list[str], out: io.BufferedIOBase) -> None:

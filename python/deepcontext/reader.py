@@ -312,8 +312,14 @@ def check_table(con: sqlite3.Connection, path: str, table: str, columns: dict[st
     names = list(columns)
     if not names:
         return
-    flags = ", ".join(f"max({_WRONG_TYPE[columns[c]].format(c=c)})" for c in names)
-    row = con.execute(f"SELECT {flags} FROM {table}").fetchone()
+    wrong = [_WRONG_TYPE[columns[c]].format(c=c) for c in names]
+    # one scan that stops at the first bad row (OR short-circuits: about 1 us a row), then
+    # which column it is
+    if not con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {' OR '.join(wrong)})"
+    ).fetchone()[0]:
+        return
+    row = con.execute(f"SELECT {', '.join(f'max({w})' for w in wrong)} FROM {table}").fetchone()
     for c, bad in zip(names, row, strict=True):
         if bad:
             raise corrupt(path, f"{table}.{c} is not {columns[c]}")

@@ -323,3 +323,21 @@ def test_deep_call_path_in_every_command(base, tmp_path):
     assert len(leaf) == 1 and leaf[0].count(";") >= DEEP
     doc = json.loads((tmp_path / "x.speedscope").read_text())
     assert max(len(s) for p in doc["profiles"] for s in p["samples"]) >= DEEP
+
+
+def test_deep_call_path_in_the_chrome_export(base, tmp_path):
+    """Timeline events on a 100,000-deep path: each event's path is written whole (the output's
+    size), but no path of every ancestor is kept (quadratic: some 40 GB here)."""
+    deep = _deep_chain(base, tmp_path / "deep.dctx")
+    n = _count(deep, "nodes")
+    path = _timeline(
+        deep,
+        tmp_path / "deep-timeline.dctx",
+        f"INSERT INTO timeline SELECT 0, 1, id, 5000 + id, 5001 + id, 7, -1, 0 FROM nodes "
+        f"WHERE id >= {n - 40}",
+    )
+    out = tmp_path / "deep.json"
+    r = run("export", path, "--format", "chrome", "-o", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    events = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert max(len(e["args"].get("path", [])) for e in events) == DEEP + 1

@@ -103,13 +103,15 @@ def document(tree: Tree) -> dict:
         return labels[node]
 
     def path(node: int) -> list[str]:
-        chain = []
-        n = node
-        while n not in paths:
-            chain.append(n)
-            n = parent[n]
-        for m in reversed(chain):
-            paths[m] = paths[parent[m]] + [label(m)]
+        """The node's labels from the root's child down, built by walking up for the events'
+        nodes only (keeping every ancestor's path was quadratic in the depth)."""
+        if node not in paths:
+            chain = []
+            n = node
+            while n:
+                chain.append(label(n))
+                n = parent[n]
+            paths[node] = chain[::-1]
         return paths[node]
 
     starts = [s[1] for s in steps] + [e[3] for e in events]

@@ -15,9 +15,12 @@ from .reader import Frame, Profile
 
 @dataclass
 class DiffEntry:
-    """One call path present in either profile, with its values in A and B."""
+    """One call path present in either profile, with its values in A and B. The path's frames
+    are built when asked for: a deep tree has as many changed paths as nodes, and all their
+    frame tuples together would be quadratic in the depth."""
 
-    path: tuple[Frame, ...]
+    paths: _Paths
+    kid: int  # the path's id in `paths`
     status: str  # "changed", "new" (only in B) or "vanished" (only in A)
     a_inclusive: float
     b_inclusive: float
@@ -25,6 +28,14 @@ class DiffEntry:
     b_exclusive: float
     a_node: int  # node id in A, -1 when the path is new
     b_node: int  # node id in B, -1 when the path vanished
+
+    @property
+    def path(self) -> tuple[Frame, ...]:
+        return self.paths.path(self.kid)
+
+    @property
+    def depth(self) -> int:
+        return self.paths.depth[self.kid]
 
     @property
     def delta_inclusive(self) -> float:
@@ -64,6 +75,7 @@ class _Paths:
         self.intern: dict[tuple[int, Frame], int] = {}
         self.parent: list[int] = [0]
         self.frame: list[Frame | None] = [None]
+        self.depth: list[int] = [0]
 
     def table(
         self, p: Profile, metric: str, splice: bool, import_time: bool
@@ -109,6 +121,7 @@ class _Paths:
                 intern[k] = kid
                 self.parent.append(k[0])
                 self.frame.append(k[1])
+                self.depth.append(self.depth[k[0]] + 1)
             key_of[n] = kid
             v = values.get(n)
             if v is None:
@@ -172,12 +185,12 @@ def diff_profiles(
             continue
         if max(abs(bi - ai), abs(be - ae)) <= min_delta:
             continue
-        entries.append(DiffEntry(paths.path(kid), status, ai, bi, ae, be, an, bn))
+        entries.append(DiffEntry(paths, kid, status, ai, bi, ae, be, an, bn))
     for kid, (bi, be, bn) in tb.items():
         if kid in ta or (bi == 0 and be == 0) or max(abs(bi), abs(be)) <= min_delta:
             continue
-        entries.append(DiffEntry(paths.path(kid), "new", 0.0, bi, 0.0, be, -1, bn))
-    entries.sort(key=lambda e: (-abs(e.delta_exclusive), -abs(e.delta_inclusive), len(e.path)))
+        entries.append(DiffEntry(paths, kid, "new", 0.0, bi, 0.0, be, -1, bn))
+    entries.sort(key=lambda e: (-abs(e.delta_exclusive), -abs(e.delta_inclusive), e.depth))
     return DiffResult(
         metric,
         unit,

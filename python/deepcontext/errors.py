@@ -2,7 +2,12 @@
 
 
 class ProfileError(Exception):
-    """A file that is not a readable .dctx profile (missing, corrupt, foreign, newer version)."""
+    """A file that is not a readable .dctx profile (missing, corrupt, foreign, newer version).
+    Its message is one line: what SQLite or the C++ loader report may span several (an
+    integrity check lists each bad cell)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).splitlines()))
 
 
 class UserError(Exception):

@@ -15,7 +15,6 @@ different paths, and accumulates the statistics as dense numpy vectors.
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing
 import os
@@ -26,8 +25,18 @@ from queue import Empty
 
 import numpy as np
 
-from .errors import UserError
-from .reader import ProfileError, _open
+from .errors import ProfileError, UserError
+from .reader import (
+    METRICS_SQL,
+    PROPS_SQL,
+    _open,
+    columns,
+    corrupt,
+    kind_number,
+    read_header,
+    read_meta_json,
+    read_nodes,
+)
 from .writer import fast_writes, insert_tables, meta_json
 
 STATS = ("mean", "min", "max", "std", "imbalance")
@@ -40,33 +49,6 @@ def _mix(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> np.uint64(27))
     h = h * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
-
-
-def _parse_ints(text: str | None) -> np.ndarray:
-    if not text:
-        return np.zeros(0, dtype=np.int64)
-    return np.fromstring(text, sep=",", dtype=np.int64)
-
-
-def _columns(con: sqlite3.Connection, table: str, int_cols, real_cols, where="1"):
-    """Columns of `table` as numpy arrays in one scan: each as comma-separated integers, which
-    numpy parses in C. REAL columns go that way when every value is integral (measured ns, bytes
-    and counts are); otherwise they are fetched again through Python floats, exactly."""
-    exprs = [f"group_concat({c})" for c in int_cols]
-    exprs += [f"group_concat(CAST({c} AS INTEGER))" for c in real_cols]
-    if real_cols:
-        # a value beyond int64 saturates in the CAST and so fails the comparison too
-        inexact = " + ".join(f"({c} != CAST({c} AS INTEGER))" for c in real_cols)
-        exprs.append(f"total({inexact})")
-    row = con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE {where}").fetchone()
-    out = [_parse_ints(t) for t in row[: len(int_cols)]]
-    if real_cols and row[-1]:
-        for c in real_cols:
-            cur = con.execute(f"SELECT {c} FROM {table} WHERE {where}")
-            out.append(np.fromiter(itertools.chain.from_iterable(cur), dtype=np.float64))
-    else:
-        out += [_parse_ints(t).astype(np.float64) for t in row[len(int_cols) : -1]]
-    return out
 
 
 @dataclass
@@ -90,45 +72,27 @@ def read_input(path: str) -> Input:
     try:
         return _read(con, path)
     except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{path}: corrupt profile ({e})") from None
+        raise corrupt(path, str(e)) from None
     finally:
         con.close()
 
 
 def _read(con: sqlite3.Connection, path: str) -> Input:
-    meta = dict(con.execute("SELECT key, value FROM meta"))
-    # frames with their strings resolved by SQLite (string 0 and unknown ids read as "")
-    frame_rows = con.execute(
-        "SELECT f.id, f.kind, coalesce(a.s, ''), coalesce(b.s, ''), f.line, coalesce(c.s, '') "
-        "FROM frames f LEFT JOIN strings a ON a.id = f.name LEFT JOIN strings b ON b.id = f.file "
-        "LEFT JOIN strings c ON c.id = f.module WHERE f.id != 0 ORDER BY f.id"
-    ).fetchall()
-    fids = np.fromiter((r[0] for r in frame_rows), dtype=np.int64, count=len(frame_rows))
-    top = int(fids.max()) + 1 if len(fids) else 1
-    if len(fids) and fids.min() < 0:
-        raise ProfileError(f"{path}: corrupt profile (negative frame id)")
-    local = np.full(top, -1, dtype=np.int64)
+    meta, by_id = read_header(con, path)  # validated as every reader's (reader.check_tables)
+    parent, frame_id = read_nodes(con, path, by_id)
+    n = len(parent)
+    # local frame index: the root's frame is 0, the others follow in id order
+    fids = sorted(f for f in by_id if f != 0)
+    local = np.full(max(by_id) + 1, -1, dtype=np.int64)
     local[0] = 0
     local[fids] = np.arange(1, len(fids) + 1)
     frames: list[tuple] = [(0, "", "", 0, "")]
-    frames += [r[1:] for r in frame_rows]
+    frames += [
+        (kind_number(f.kind), f.name, f.file, f.line, f.module) for f in map(by_id.get, fids)
+    ]
     # hash() is the same in the forked readers and the main process (one hash seed); matches
     # are checked against the frame contents in Merger._map_nodes anyway
     fhash = np.array([hash(f) for f in frames], dtype=np.int64).view(np.uint64)
-    ids, par, fr = _columns(con, "nodes", ("id", "parent", "frame"), ())
-    n = int(ids.max()) + 1 if len(ids) else 1
-    if len(ids) != n or (len(ids) and ids.min() < 0):
-        raise ProfileError(f"{path}: corrupt profile (node ids are not 0..{n - 1})")
-    parent = np.zeros(n, dtype=np.int64)
-    frame_id = np.zeros(n, dtype=np.int64)
-    parent[ids] = par
-    frame_id[ids] = fr
-    parent[0] = 0
-    frame_id[0] = 0
-    if n > 1 and bool((parent[1:] >= np.arange(1, n)).any()):
-        raise ProfileError(f"{path}: corrupt profile (a node's parent id is not below its own)")
-    if bool((frame_id >= top).any()) or bool((local[frame_id] < 0).any()):
-        raise ProfileError(f"{path}: corrupt profile (a node refers to an unknown frame)")
     frame = local[frame_id]
     # depth levels, then path hashes level by level
     pl = parent.tolist()
@@ -145,14 +109,14 @@ def _read(con: sqlite3.Connection, path: str) -> Input:
         h[lvl] = _mix(h[parent[lvl]] * np.uint64(0x9E3779B97F4A7C15) ^ fhash[frame[lvl]])
     metrics = []
     mlocal = {}
-    for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
+    for mid, name, unit, desc in con.execute(METRICS_SQL):
         mlocal[mid] = len(metrics)
         metrics.append((name, unit, desc))
-    node, metric, count, s, mn, mx = _columns(
+    node, metric, count, s, mn, mx = columns(
         con, "node_metrics", ("node", "metric", "count"), ("sum", "min", "max"), "count > 0"
     )
-    if len(node) and (node.min() < 0 or node.max() >= n):
-        raise ProfileError(f"{path}: corrupt profile (metric value for an unknown node)")
+    known = (node >= 0) & (node < n)  # values of nodes the tree lacks are left out, as by reader
+    node, metric, count, s, mn, mx = (c[known] for c in (node, metric, count, s, mn, mx))
     rows = {}
     # inclusive values of all metrics at once: (node, metric) columns summed up level by level
     inc = np.zeros((n, max(len(metrics), 1)))
@@ -164,7 +128,7 @@ def _read(con: sqlite3.Connection, path: str) -> Input:
         lvl = order[bounds[d] : bounds[d + 1]]
         np.add.at(inc, parent[lvl], inc[lvl])
     inclusive = {k: inc[:, k].copy() for k in mlocal.values()}
-    props = con.execute("SELECT node, key, value FROM node_props").fetchall()
+    props = con.execute(PROPS_SQL).fetchall()
     return Input(path, meta, frames, parent, frame, h, metrics, rows, inclusive, props)
 
 
@@ -414,12 +378,9 @@ class Merger:
             meta["end_time"] = max(ends)
         notes: list[str] = []
         for m in metas:
-            try:
-                for note in json.loads(m.get("notes", "[]")):
-                    if note not in notes:
-                        notes.append(note)
-            except ValueError:
-                pass
+            for note in read_meta_json(m, "notes") or []:
+                if note not in notes:
+                    notes.append(note)
         meta["notes"] = json.dumps(notes)
         meta["complete"] = "1" if all(m.get("complete", "1") == "1" for m in metas) else "0"
         meta["merged_count"] = str(len(self.inputs))

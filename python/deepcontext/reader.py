@@ -115,22 +115,36 @@ def stat_base(name: str) -> str | None:
     return base if base and stat in MERGE_STATS else None
 
 
+def read_meta_json(meta: dict, key: str, kind: type = list):
+    """A metadata value that the profiler writes as JSON of type `kind` (notes, command,
+    merged_inputs, ...), parsed; None where the file holds anything else, as a profile from
+    elsewhere may (text that is not JSON, another type, nesting too deep to parse)."""
+    text = meta.get(key)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, kind) else None
+
+
 def elapsed_ns(meta: dict[str, str]) -> float | None:
     """The profiled run's elapsed time (the CPU sampler's span), the whole that wall_time is a part
     of; for a merged profile the inputs' elapsed times added up (wall_time adds up across them).
     None for profiles that did not record it."""
     if "merged_inputs" in meta:
-        try:
-            metas = [i.get("meta", {}) for i in json.loads(meta["merged_inputs"])]
-        except (ValueError, TypeError, AttributeError):
+        inputs = read_meta_json(meta, "merged_inputs") or []
+        metas = [i.get("meta") for i in inputs if isinstance(i, dict)]
+        if len(metas) != len(inputs) or not all(isinstance(m, dict) for m in metas):
             return None
         each = [elapsed_ns(m) for m in metas]
         return None if not each or None in each else float(sum(each))  # type: ignore[arg-type]
     try:
         v = float(meta["elapsed_ns"])
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError):
         return None
-    return v if v > 0 else None
+    return v if 0 < v < float("inf") else None
 
 
 class Node:
@@ -208,10 +222,12 @@ def _open(path: str) -> sqlite3.Connection:
         raise ProfileError(f"{path}: not a DeepContext profile (not an SQLite database)")
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # a string that is not UTF-8 (a native symbol, a hostile file) reads with U+FFFD
+        con.text_factory = _decode
         app_id = con.execute("PRAGMA application_id").fetchone()[0]
         version = con.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{path}: corrupt profile ({e})") from None
+        raise corrupt(path, str(e)) from None
     if app_id != APPLICATION_ID:
         con.close()
         raise ProfileError(
@@ -225,25 +241,216 @@ def _open(path: str) -> sqlite3.Connection:
     return con
 
 
-def read_header(con: sqlite3.Connection, path: str) -> tuple[dict[str, str], dict[int, Frame]]:
-    """A profile's integrity check, metadata and frames (strings resolved): what every reader of
-    the tree needs before its nodes."""
-    check = con.execute("PRAGMA quick_check").fetchone()[0]
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def corrupt(path: str, what: str) -> ProfileError:
+    """The one-line error for a profile whose contents are not what docs/format.md says (the
+    C++ analyzer's loader words them the same way)."""
+    return ProfileError(f"{path}: corrupt profile ({what})")
+
+
+# Validation of untrusted profiles (a .dctx is a file people send each other): every reader of
+# the tables -- Profile, render.load_tree, merge.read_input, the chrome exporter's timeline and
+# the C++ analyzer (src/analyzer/profile.cpp) -- checks them by the same rules before it sizes
+# anything by what they hold: real tables (a view can recurse without end), typed columns, node
+# ids exactly 0..COUNT(*)-1, parents in [0, id), frames present, finite values.
+_INT, _NUM = "an integer", "a finite number"
+TABLES: dict[str, dict[str, str]] = {
+    "meta": {},
+    "strings": {"id": _INT},
+    "frames": dict.fromkeys(("id", "kind", "name", "file", "line", "module"), _INT),
+    "nodes": dict.fromkeys(("id", "parent", "frame"), _INT),
+    "metrics": {"id": _INT},
+    "node_metrics": {
+        **dict.fromkeys(("node", "metric", "count"), _INT),
+        **dict.fromkeys(("sum", "min", "max", "inc"), _NUM),
+    },
+    "node_props": {"node": _INT},
+}
+# Text columns are not type-checked: any value reads as its text, as the C++ loader reads it
+# (sqlite3_column_text: NULL as "", a number as its digits, a BLOB's bytes as UTF-8).
+META_SQL = "SELECT coalesce(CAST(key AS TEXT), ''), coalesce(CAST(value AS TEXT), '') FROM meta"
+STRINGS_SQL = "SELECT id, coalesce(CAST(s AS TEXT), '') FROM strings"
+METRICS_SQL = (
+    "SELECT id, coalesce(CAST(name AS TEXT), ''), coalesce(CAST(unit AS TEXT), ''), "
+    "coalesce(CAST(description AS TEXT), '') FROM metrics"
+)
+PROPS_SQL = (
+    "SELECT node, coalesce(CAST(key AS TEXT), ''), coalesce(CAST(value AS TEXT), '') "
+    "FROM node_props"
+)
+# optional tables (a bounded timeline), checked by their readers where present
+TIMELINE_TABLES: dict[str, dict[str, str]] = {
+    "timeline": dict.fromkeys(
+        ("step", "kind", "node", "start_ns", "end_ns", "tid", "device", "stream"), _INT
+    ),
+    "timeline_steps": dict.fromkeys(("step", "start_ns", "end_ns"), _INT),
+}
+_WRONG_TYPE = {
+    _INT: "typeof({c}) != 'integer'",
+    # 9e999 is stored as infinity; NaN cannot be stored (it reads as NULL)
+    _NUM: "(typeof({c}) NOT IN ('integer', 'real') OR abs({c}) > 1.7976931348623157e308)",
+}
+
+
+def table_type(con: sqlite3.Connection, name: str) -> str | None:
+    row = con.execute(
+        "SELECT type FROM sqlite_master WHERE name = ? COLLATE NOCASE", (name,)
+    ).fetchone()
+    return row[0] if row else None
+
+
+def check_table(con: sqlite3.Connection, path: str, table: str, columns: dict[str, str]) -> None:
+    """`table` is a real table whose columns hold the types docs/format.md gives them (one scan)."""
+    kind = table_type(con, table)
+    if kind is None:
+        raise corrupt(path, f"no such table: {table}")
+    if kind != "table":
+        raise corrupt(path, f"{table} is a {kind}, not a table")
+    names = list(columns)
+    if not names:
+        return
+    wrong = [_WRONG_TYPE[columns[c]].format(c=c) for c in names]
+    # one scan that stops at the first bad row (OR short-circuits: about 1 us a row), then
+    # which column it is
+    if not con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {' OR '.join(wrong)})"
+    ).fetchone()[0]:
+        return
+    row = con.execute(f"SELECT {', '.join(f'max({w})' for w in wrong)} FROM {table}").fetchone()
+    for c, bad in zip(names, row, strict=True):
+        if bad:
+            raise corrupt(path, f"{table}.{c} is not {columns[c]}")
+
+
+def check_tables(con: sqlite3.Connection, path: str) -> None:
+    """The integrity check and every table's kind and column types."""
+    rows = con.execute("PRAGMA quick_check").fetchmany(3)
+    check = "; ".join(str(r[0]) for r in rows)
     if check != "ok":
-        raise ProfileError(f"{path}: corrupt profile (integrity check: {check})")
-    meta = dict(con.execute("SELECT key, value FROM meta"))
-    strings = dict(con.execute("SELECT id, s FROM strings"))
+        # SQLite's report spans lines ("*** in database main ***\nPage 3: ...")
+        raise corrupt(path, "integrity check: " + " ".join(check.split()))
+    for table, columns in TABLES.items():
+        check_table(con, path, table, columns)
+    negative = con.execute("SELECT node FROM node_metrics WHERE count < 0 LIMIT 1").fetchone()
+    if negative:
+        raise corrupt(path, f"node {negative[0]} has a negative count")
+
+
+def _count(con: sqlite3.Connection, table: str) -> int:
+    return con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def read_header(con: sqlite3.Connection, path: str) -> tuple[dict[str, str], dict[int, Frame]]:
+    """A profile's checks (check_tables), metadata and frames (strings resolved): what every
+    reader of the tree needs before its nodes. Frame ids are 0..COUNT(*)-1 at most."""
+    check_tables(con, path)
+    meta = dict(con.execute(META_SQL))
+    strings = dict(con.execute(STRINGS_SQL))
     strings.setdefault(0, "")
+    count = _count(con, "frames")
     frames: dict[int, Frame] = {}
     for fid, kind, name, file, line, module in con.execute(
         "SELECT id, kind, name, file, line, module FROM frames"
     ):
-        kname = FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
+        if not 0 <= fid < count:
+            raise corrupt(path, f"frame id {fid} outside 0..{count - 1}")
+        if not 0 <= kind <= 0x7FFFFFFF:
+            raise corrupt(path, f"frame {fid} has kind {kind}")
         frames[fid] = Frame(
-            kname, strings.get(name, ""), strings.get(file, ""), line, strings.get(module, "")
+            kind_name(kind),
+            strings.get(name, ""),
+            strings.get(file, ""),
+            line,
+            strings.get(module, ""),
         )
-    frames.setdefault(0, Frame("root", "", "", 0, ""))
+    frames.setdefault(0, Frame("root", "", "", 0, ""))  # the root's frame may be implied
     return meta, frames
+
+
+def kind_name(kind: int) -> str:
+    return FRAME_KINDS[kind] if 0 <= kind < len(FRAME_KINDS) else f"kind{kind}"
+
+
+def kind_number(name: str) -> int:
+    """The inverse of kind_name."""
+    return FRAME_KINDS.index(name) if name in FRAME_KINDS else int(name[4:])
+
+
+def _parse_ints(text: str | None):
+    import numpy as np
+
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    return np.fromstring(text, sep=",", dtype=np.int64)
+
+
+def columns(con: sqlite3.Connection, table: str, int_cols, real_cols=(), where="1"):
+    """Columns of `table` (checked by check_tables) as numpy arrays in one scan: each as
+    comma-separated integers, which numpy parses in C. REAL columns go that way when every value
+    is integral (measured ns, bytes and counts are); otherwise they are fetched again through
+    Python floats, exactly."""
+    import itertools
+
+    import numpy as np
+
+    exprs = [f"group_concat({c})" for c in int_cols]
+    exprs += [f"group_concat(CAST({c} AS INTEGER))" for c in real_cols]
+    if real_cols:
+        # a value beyond int64 saturates in the CAST and so fails the comparison too
+        inexact = " + ".join(f"({c} != CAST({c} AS INTEGER))" for c in real_cols)
+        exprs.append(f"total({inexact})")
+    row = con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE {where}").fetchone()
+    out = [_parse_ints(t) for t in row[: len(int_cols)]]
+    if real_cols and row[-1]:
+        for c in real_cols:
+            cur = con.execute(f"SELECT {c} FROM {table} WHERE {where}")
+            out.append(np.fromiter(itertools.chain.from_iterable(cur), dtype=np.float64))
+    else:
+        out += [_parse_ints(t).astype(np.float64) for t in row[len(int_cols) : -1]]
+    return out
+
+
+def read_nodes(con: sqlite3.Connection, path: str, frames: dict[int, Frame]):
+    """The tree as numpy arrays (parent, frame) indexed by node id, checked: ids exactly
+    0..COUNT(*)-1 (so nothing is sized by an id the file does not back with rows), every node's
+    parent in [0, id) (so every walk up ends at the root) and its frame present."""
+    import numpy as np
+
+    count = _count(con, "nodes")
+    if count > 0x7FFFFFFF:
+        raise corrupt(path, "more nodes than a profile may hold")
+    n = max(count, 1)
+    parent = np.zeros(n, dtype=np.int64)
+    frame = np.zeros(n, dtype=np.int64)
+    if count == 0:
+        return parent, frame
+    ids, par, fr = columns(con, "nodes", ("id", "parent", "frame"))
+    if len(ids) != count:
+        raise corrupt(path, "the nodes table changed while it was read")
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    bad = np.flatnonzero(ids != np.arange(count))
+    if len(bad):
+        raise corrupt(path, f"node ids are not 0..{count - 1} (found {ids[bad[0]]})")
+    parent[:] = par[order]
+    frame[:] = fr[order]
+    parent[0] = frame[0] = 0
+    bad = np.flatnonzero((parent[1:] < 0) | (parent[1:] >= np.arange(1, n))) + 1
+    if len(bad):
+        raise corrupt(path, f"node {bad[0]} has parent {parent[bad[0]]}")
+    present = np.zeros(max(frames) + 1, dtype=bool)
+    present[list(frames)] = True
+    inside = (frame >= 0) & (frame < len(present))
+    ok = inside.copy()
+    ok[inside] = present[frame[inside]]
+    ok[0] = True
+    bad = np.flatnonzero(~ok)
+    if len(bad):
+        raise corrupt(path, f"node {bad[0]} has no frame {frame[bad[0]]}")
+    return parent, frame
 
 
 class Profile:
@@ -255,28 +462,22 @@ class Profile:
         try:
             self._load(con)
         except sqlite3.DatabaseError as e:
-            raise ProfileError(f"{path}: corrupt profile ({e})") from None
+            raise corrupt(path, str(e)) from None
         finally:
             con.close()
 
     def _load(self, con: sqlite3.Connection) -> None:
         self.meta, self.frames = read_header(con, self.path)
-        rows = con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall()
-        n = (rows[-1][0] + 1) if rows else 1
-        self.node_parent = [0] * n
-        self.node_frame = [0] * n
+        parent, frame = read_nodes(con, self.path, self.frames)
+        self.node_parent: list[int] = parent.tolist()
+        self.node_frame: list[int] = frame.tolist()
+        n = len(self.node_parent)
         self.node_children: list[list[int]] = [[] for _ in range(n)]
-        for nid, parent, frame in rows:
-            if nid == 0:
-                continue
-            if parent >= nid:
-                raise ProfileError(f"{self.path}: corrupt profile (node {nid} has parent {parent})")
-            self.node_parent[nid] = parent
-            self.node_frame[nid] = frame
-            self.node_children[parent].append(nid)
+        for nid in range(1, n):
+            self.node_children[self.node_parent[nid]].append(nid)
         self.metrics: dict[str, Metric] = {}
         by_id: dict[int, str] = {}
-        for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
+        for mid, name, unit, desc in con.execute(METRICS_SQL):
             self.metrics[name] = Metric(mid, name, unit, desc)
             by_id[mid] = name
         # metric name -> {node: (sum, count, min, max, inc)}
@@ -285,16 +486,15 @@ class Profile:
             "SELECT node, metric, sum, count, min, max, inc FROM node_metrics"
         ):
             name = by_id.get(mid)
-            if name is not None:
+            if name is not None and 0 <= node < n:
                 self._values[name][node] = (s, c, mn, mx, inc)
         self.props: dict[int, dict[str, str]] = {}
-        for node, key, value in con.execute("SELECT node, key, value FROM node_props"):
-            self.props.setdefault(node, {})[key] = value
+        for node, key, value in con.execute(PROPS_SQL):
+            if 0 <= node < n:
+                self.props.setdefault(node, {})[key] = value
         self.timeline_events = []
-        has_timeline = con.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='timeline'"
-        ).fetchone()
-        if has_timeline:
+        if table_type(con, "timeline") == "table":
+            check_table(con, self.path, "timeline", TIMELINE_TABLES["timeline"])
             self.timeline_events = con.execute(
                 "SELECT * FROM timeline ORDER BY start_ns"
             ).fetchall()
@@ -315,7 +515,7 @@ class Profile:
 
     @property
     def notes(self) -> list[str]:
-        return json.loads(self.meta.get("notes", "[]"))
+        return read_meta_json(self.meta, "notes") or []
 
     # -- metrics --------------------------------------------------------------------------
     def metric_names(self) -> list[str]:

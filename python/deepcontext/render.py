@@ -4,7 +4,8 @@
 `train.py:42 step` for Python, `aten::addmm` for an operator, `libfoo.so!bar` for a native frame.
 `Tree` is a calling-context tree as numpy arrays (parent, frame, per-metric exclusive/inclusive);
 `Tree.transformed` applies the report's focus and hide transforms, `invert` builds the bottom-up
-tree, `flat_rows` the flat profile, and `text_tree`/`json_tree` render them.
+tree, `flat_rows` the flat profile, and `text_tree`/`json_tree_text` render them. Every walk of
+the tree is iterative and linear in its nodes: a call path may be 100,000 frames deep.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,15 +22,19 @@ import numpy as np
 from .errors import UserError
 from .reader import (
     FRAME_KINDS,
+    METRICS_SQL,
+    PROPS_SQL,
     Combine,
     Frame,
     Metric,
     Profile,
-    ProfileError,
     _open,
     combine_rule,
+    corrupt,
     elapsed_ns,
     read_header,
+    read_meta_json,
+    read_nodes,
     stat_base,
 )
 
@@ -119,6 +124,21 @@ def number(value: float) -> float | None:
     """A value for JSON: None (null) for one that cannot be derived (NaN is not JSON)."""
     v = float(value)
     return None if v != v else v
+
+
+INT64_MAX = 2**63 - 1
+
+
+def integral(value: float, tree: Tree, metric: str) -> int:
+    """`value` rounded, for the formats that hold integers (pprof: int64). Values are finite as
+    loaded, but a sum of huge ones (a hostile file's) overflows to infinity: an error, not a
+    traceback or a wrapped-around number."""
+    v = float(value)
+    if v != v or abs(v) >= INT64_MAX:
+        raise UserError(
+            f"{tree.profile.path}: {metric} has a value ({v:g}) beyond what the format holds"
+        )
+    return round(v)
 
 
 @dataclass
@@ -225,11 +245,7 @@ class Tree:
         return frame_label(self.frames[int(self.frame[node])])
 
     def depth(self) -> np.ndarray:
-        parent = self.parent.tolist()
-        d = [0] * len(parent)
-        for i in range(1, len(parent)):
-            d[i] = d[parent[i]] + 1
-        return np.asarray(d, dtype=np.int64)
+        return _depths(self.parent)
 
     def children(self, node: int) -> np.ndarray:
         if self._children is None:
@@ -448,10 +464,7 @@ class ProfileInfo:
 
     @property
     def notes(self) -> list[str]:
-        try:
-            return list(json.loads(self.meta.get("notes", "[]")))
-        except ValueError:
-            return []
+        return read_meta_json(self.meta, "notes") or []
 
     def default_metric(self) -> str:
         for m in ("gpu_time", "cpu_time", "op_time", "wall_time"):
@@ -472,32 +485,17 @@ def load_tree(
     try:
         return _read_tree(con, path, metrics)
     except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{path}: corrupt profile ({e})") from None
+        raise corrupt(path, str(e)) from None
     finally:
         con.close()
 
 
 def _read_tree(con: sqlite3.Connection, path: str, metrics) -> Tree:
     meta, frames = read_header(con, path)
-    rows = np.array(
-        con.execute("SELECT id, parent, frame FROM nodes ORDER BY id").fetchall(), dtype=np.int64
-    ).reshape(-1, 3)
-    n = int(rows[-1, 0]) + 1 if len(rows) else 1
-    parent = np.zeros(n, dtype=np.int64)
-    frame = np.zeros(n, dtype=np.int64)
-    rest = rows[rows[:, 0] != 0]
-    if len(rest) and bool((rest[:, 1] >= rest[:, 0]).any()):
-        bad = rest[rest[:, 1] >= rest[:, 0]][0]
-        raise ProfileError(f"{path}: corrupt profile (node {bad[0]} has parent {bad[1]})")
-    if len(rest) and bool((rest[:, 1] < 0).any()):
-        raise ProfileError(f"{path}: corrupt profile (negative parent id)")
-    parent[rest[:, 0]] = rest[:, 1]
-    frame[rest[:, 0]] = rest[:, 2]
-    missing = np.setdiff1d(np.unique(frame), np.fromiter(frames.keys(), dtype=np.int64))
-    if len(missing):
-        raise ProfileError(f"{path}: corrupt profile (node refers to unknown frame {missing[0]})")
+    parent, frame = read_nodes(con, path, frames)
+    n = len(parent)
     known = {}
-    for mid, name, unit, desc in con.execute("SELECT id, name, unit, description FROM metrics"):
+    for mid, name, unit, desc in con.execute(METRICS_SQL):
         known[name] = Metric(mid, name, unit, desc)
     totals = {name: 0.0 for name in known}
     by_id = {m.id: m.name for m in known.values()}
@@ -505,8 +503,9 @@ def _read_tree(con: sqlite3.Connection, path: str, metrics) -> Tree:
         if mid in by_id:
             totals[by_id[mid]] = inc
     props: dict[int, dict[str, str]] = {}
-    for node, key, value in con.execute("SELECT node, key, value FROM node_props"):
-        props.setdefault(node, {})[key] = value
+    for node, key, value in con.execute(PROPS_SQL):
+        if 0 <= node < n:
+            props.setdefault(node, {})[key] = value
     info = ProfileInfo(path, meta, known, frames, props, totals)
     if callable(metrics):
         metrics = metrics(info)
@@ -578,16 +577,17 @@ def _inclusive(parent: np.ndarray, exc: np.ndarray) -> np.ndarray:
     n = len(parent)
     if n == 1:
         return exc.copy()
-    depth = np.zeros(n, dtype=np.int64)
-    pl = parent.tolist()
-    dl = [0] * n
-    for i in range(1, n):
-        dl[i] = dl[pl[i]] + 1
-    depth = np.asarray(dl, dtype=np.int64)
+    depth = _depths(parent)
+    levels = int(depth.max())
+    if levels > 64 and levels * 64 > n:  # deep and thin: one pass up from the last node
+        inc_l, pl = exc.tolist(), parent.tolist()
+        for i in range(n - 1, 0, -1):
+            inc_l[pl[i]] += inc_l[i]
+        return np.asarray(inc_l, dtype=exc.dtype)
     inc = exc.copy()
     order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
-    for d in range(int(depth.max()), 0, -1):
+    bounds = np.searchsorted(depth[order], np.arange(levels + 2))
+    for d in range(levels, 0, -1):
         nodes = order[bounds[d] : bounds[d + 1]]
         np.add.at(inc, parent[nodes], inc[nodes])
     return inc
@@ -738,6 +738,8 @@ def outermost(parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
     n = len(parent)
     outer = np.ones(n, dtype=bool)
     outer[0] = False
+    if n > 1 and int(_depths(parent).sum()) > 64 * n:  # deep: one walk, linear in the nodes
+        return _outermost_walk(parent, frame)
     active = np.arange(1, n)
     anc = parent[active]
     while len(active):
@@ -748,6 +750,40 @@ def outermost(parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
         keep = ~same
         active, anc = active[keep], parent[anc[keep]]
     return outer
+
+
+def _outermost_walk(parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """outermost by one depth-first walk that counts the frames on the current path."""
+    n = len(parent)
+    pl, fl = parent.tolist(), frame.tolist()
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        kids[pl[i]].append(i)
+    outer = [False] * n
+    on_path: dict[int, int] = {}
+    stack = list(kids[0])  # ~i: leave node i
+    while stack:
+        i = stack.pop()
+        if i < 0:
+            f = fl[~i]
+            on_path[f] -= 1
+            continue
+        f = fl[i]
+        c = on_path.get(f, 0)
+        outer[i] = c == 0
+        on_path[f] = c + 1
+        stack.append(~i)
+        stack.extend(kids[i])
+    return np.asarray(outer, dtype=bool)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Each node's depth (parent < id for every node)."""
+    pl = parent.tolist()
+    d = [0] * len(pl)
+    for i in range(1, len(pl)):
+        d[i] = d[pl[i]] + 1
+    return np.asarray(d, dtype=np.int64)
 
 
 def parse_kinds(values: Iterable[str]) -> set[str]:
@@ -820,9 +856,20 @@ def text_tree(
             md = tree.metrics[m]
             cells.append(format_value(float(md.inc[node]), units[m]))
             cells.append(format_value(float(md.exc[node]), units[m]))
-        rows.append((cells, "  " * d + tree.label(node)))
+        rows.append((cells, indent(d) + tree.label(node)))
     header = ["%"] + [f"{m} {part}" for m in metrics for part in ("incl", "excl")]
     return _columns(header, rows)
+
+
+MAX_INDENT = 100  # levels indented in the text tree; deeper rows say their depth
+
+
+def indent(depth: int) -> str:
+    """A text tree row's indentation: two spaces per level, at most MAX_INDENT levels, then the
+    depth written out (a 100,000-deep path would otherwise print 10^10 spaces)."""
+    if depth <= MAX_INDENT:
+        return "  " * depth
+    return "  " * MAX_INDENT + f"[depth {depth}] "
 
 
 def min_share_value(tree: Tree, metric: str, min_share: float) -> float:
@@ -871,19 +918,25 @@ def node_json(tree: Tree, node: int, metrics: list[str], node_id: int | None = N
     }
 
 
-def json_tree(tree: Tree, metrics: list[str], *, max_depth: int | None, min_share: float) -> dict:
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def json_tree_text(
+    tree: Tree, metrics: list[str], *, max_depth: int | None, min_share: float
+) -> Iterator[str]:
+    """The report's nested JSON tree (docs/format.md, 'JSON report'), piece by piece: written
+    without recursion, so a call path of any depth is written (json's encoder recurses once per
+    level and overflowed the C stack at depths of some 50,000)."""
     primary = metrics[0]
     min_value = min_share_value(tree, primary, min_share)
-    built: dict[int, dict] = {}
-    root = None
-    for node, _d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
-        j = node_json(tree, node, metrics)
-        built[node] = j
-        if node == 0:
-            root = j
-        else:
-            built[int(tree.parent[node])]["children"].append(j)
-    return root
+    prev = -1  # depth of the node written last; the nodes at depths 0..prev are open
+    for node, d in visible_nodes(tree, primary, max_depth=max_depth, min_value=min_value):
+        if prev >= d:
+            yield "]}" * (prev - d + 1)
+        text = _encode(node_json(tree, node, metrics))  # ends with "children":[]}
+        yield ("," if prev >= d else "") + text[:-2]
+        prev = d
+    yield "]}" * (prev + 1)
 
 
 def view(

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..partial import partial_note
+from ..reader import read_meta_json
 from ..render import (
     ProfileInfo,
     Tree,
@@ -20,7 +21,7 @@ from ..render import (
     frame_dict,
     frame_label,
     invert,
-    json_tree,
+    json_tree_text,
     load_tree,
     min_share_value,
     printable,
@@ -148,15 +149,12 @@ def main(args) -> int:
         }
         if args.view == "flat":
             doc["rows"] = _flat_json(tree, metrics, min_value, args.limit)
-        else:
-            doc["tree"] = json_tree(tree, metrics, max_depth=args.depth, min_share=min_share)
-        # json's encoder recurses once per level: deep call paths (recursion) need room
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 4 * _tree_depth(tree) + 1000))
-        try:
             text = json.dumps(doc, separators=(",", ":"))
-        finally:
-            sys.setrecursionlimit(limit)
+        else:
+            # "tree" is the last key; the nested tree is written piece by piece (render)
+            head = json.dumps(doc, separators=(",", ":"))[:-1]
+            tree_text = json_tree_text(tree, metrics, max_depth=args.depth, min_share=min_share)
+            text = head + ',"tree":' + "".join(tree_text) + "}"
         lines = [text]
     else:
         lines = _header(profile, tree, metrics, units, args.view)
@@ -176,10 +174,6 @@ def main(args) -> int:
     else:
         sys.stdout.write(out)
     return 0
-
-
-def _tree_depth(tree) -> int:
-    return int(tree.depth().max()) if len(tree) else 0
 
 
 def _progress(what: str):
@@ -206,11 +200,8 @@ def _print_rich(lines: list[str]) -> None:
 
 
 def _header(profile, tree, metrics, units, view) -> list[str]:
-    cmd = profile.meta.get("command", "")
-    try:
-        cmd = " ".join(json.loads(cmd))
-    except (ValueError, TypeError):
-        pass
+    argv = read_meta_json(profile.meta, "command")
+    cmd = " ".join(map(str, argv)) if argv is not None else profile.meta.get("command", "")
     totals = ", ".join(
         f"{m} {format_value(float(tree.metrics[m].inc[0]), units[m])}" for m in metrics
     )

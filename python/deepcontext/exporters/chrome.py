@@ -15,8 +15,16 @@ import io
 import json
 import sqlite3
 
-from ..errors import ProfileError, UserError
-from ..reader import FRAME_KINDS
+from ..errors import UserError
+from ..reader import (
+    FRAME_KINDS,
+    TIMELINE_TABLES,
+    _open,
+    check_table,
+    corrupt,
+    read_meta_json,
+    table_type,
+)
 from ..render import Tree, frame_label
 
 GPU_PID_BASE = 1 << 30  # GPU d is process GPU_PID_BASE + d (no real pid is that large)
@@ -30,25 +38,28 @@ _KERNEL_PROPS = ("grid", "block", "registers_per_thread", "theoretical_occupancy
 def read_timeline(path: str) -> tuple[list[tuple], list[tuple]]:
     """(events, steps) of the profile: events as (step, kind, node, start_ns, end_ns, tid,
     device, stream) by start time, steps as (step, start_ns, end_ns)."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = _open(path)
     try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "timeline" not in tables:
+        kinds = {t: table_type(con, t) for t in TIMELINE_TABLES}
+        if kinds["timeline"] != "table":
             raise UserError(
                 f"{path}: no timeline in this profile (record one with "
                 "`deepcontext run --timeline N ...` or deepcontext.start(timeline=N))"
             )
+        for table, cols in TIMELINE_TABLES.items():  # as every reader checks (reader.py)
+            if kinds[table] is not None:
+                check_table(con, path, table, cols)
         events = con.execute(
             "SELECT step, kind, node, start_ns, end_ns, tid, device, stream FROM timeline "
             "ORDER BY start_ns, end_ns DESC"
         ).fetchall()
         steps = []
-        if "timeline_steps" in tables:
+        if kinds["timeline_steps"] is not None:
             steps = con.execute(
                 "SELECT step, start_ns, end_ns FROM timeline_steps ORDER BY step"
             ).fetchall()
     except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{path}: corrupt timeline ({e})") from None
+        raise corrupt(path, f"timeline: {e}") from None
     finally:
         con.close()
     return events, steps
@@ -92,18 +103,20 @@ def document(tree: Tree) -> dict:
         return labels[node]
 
     def path(node: int) -> list[str]:
-        chain = []
-        n = node
-        while n not in paths:
-            chain.append(n)
-            n = parent[n]
-        for m in reversed(chain):
-            paths[m] = paths[parent[m]] + [label(m)]
+        """The node's labels from the root's child down, built by walking up for the events'
+        nodes only (keeping every ancestor's path was quadratic in the depth)."""
+        if node not in paths:
+            chain = []
+            n = node
+            while n:
+                chain.append(label(n))
+                n = parent[n]
+            paths[node] = chain[::-1]
         return paths[node]
 
     starts = [s[1] for s in steps] + [e[3] for e in events]
     t0 = min(starts) if starts else 0
-    pid = int(meta.get("pid", "0") or 0)
+    pid = int(meta["pid"]) if meta.get("pid", "").isdigit() else 0
     out: list[dict] = []
     threads: set[int] = set()
     streams: set[tuple[int, int]] = set()
@@ -194,15 +207,19 @@ def _metadata(
     def m(name: str, p: int, tid: int, value, key: str = "name") -> dict:
         return {"name": name, "ph": "M", "pid": p, "tid": tid, "args": {key: value}}
 
-    try:
-        names = {int(k): v for k, v in json.loads(meta.get("timeline_threads", "{}")).items()}
-    except (ValueError, AttributeError):
-        names = {}
-    try:
-        gpus = {int(d["ordinal"]): d.get("name", "") for d in json.loads(meta["gpu_devices"])}
-    except (KeyError, ValueError, TypeError):
-        gpus = {}
-    command = " ".join(json.loads(meta.get("command", "[]")) or []) if meta.get("command") else ""
+    threads_meta = read_meta_json(meta, "timeline_threads", dict)
+    names = {}
+    if isinstance(threads_meta, dict):
+        for k, v in threads_meta.items():
+            if isinstance(k, str) and k.lstrip("-").isdigit() and isinstance(v, str):
+                names[int(k)] = v
+    gpus = {}
+    for d in read_meta_json(meta, "gpu_devices") or []:
+        ordinal = str(d.get("ordinal")) if isinstance(d, dict) else ""
+        if ordinal.isdigit():
+            gpus[int(ordinal)] = str(d.get("name", ""))
+    argv = read_meta_json(meta, "command")
+    command = " ".join(map(str, argv)) if argv is not None else ""
     out = [
         # the viewers add " (pid N)" / " N" to the name themselves
         m("process_name", pid, 0, command or "python"),

@@ -6,26 +6,33 @@ from __future__ import annotations
 
 import io
 
-from ..render import Tree
+import numpy as np
+
+from ..render import Tree, integral
 
 
 def stack_lines(tree: Tree, metric: str):
+    """The lines, one per node with an exclusive value; each path is built by walking up from its
+    node, so the work is the size of the output (a deep tree's nodes without a value cost
+    nothing)."""
     exc = tree.metrics[metric].exc
     labels: dict[int, str] = {}
-    paths = [""] * len(tree)
     parent = tree.parent.tolist()
     frame = tree.frame.tolist()
-    for node in range(1, len(tree)):
+
+    def label(node: int) -> str:
         lab = labels.get(frame[node])
         if lab is None:
-            lab = tree.label(node).replace(";", ":").replace("\n", " ")
-            labels[frame[node]] = lab
-        p = paths[parent[node]]
-        paths[node] = f"{p};{lab}" if p else lab
-    for node in range(len(tree)):
-        v = exc[node]
-        if v != 0:
-            yield f"{paths[node] or '<root>'} {round(float(v))}\n"
+            lab = labels[frame[node]] = tree.label(node).replace(";", ":").replace("\n", " ")
+        return lab
+
+    for node in np.flatnonzero(exc != 0).tolist():
+        chain = []
+        n = node
+        while n:
+            chain.append(label(n))
+            n = parent[n]
+        yield f"{';'.join(reversed(chain)) or '<root>'} {integral(exc[node], tree, metric)}\n"
 
 
 def export(tree: Tree, metrics: list[str], out: io.BufferedIOBase) -> None:

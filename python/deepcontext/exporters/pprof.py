@@ -14,7 +14,9 @@ import gzip
 import io
 import time
 
-from ..render import Tree, frame_label
+import numpy as np
+
+from ..render import Tree, frame_label, integral
 
 UNITS = {"ns": "nanoseconds", "bytes": "bytes", "count": "count"}
 
@@ -84,8 +86,12 @@ def encode(tree: Tree, metrics: list[str]) -> bytes:
         locations.append(_field_bytes(4, _field_varint(1, loc) + _field_bytes(4, line)))
     cols = [tree.metrics[m].exc for m in metrics]
     samples: list[bytes] = []
-    for node in range(1, len(tree)):
-        vals = [round(float(c[node])) for c in cols]
+    measured = np.zeros(len(tree), dtype=bool)
+    for c in cols:
+        measured |= c != 0
+    measured[0] = False
+    for node in np.flatnonzero(measured).tolist():
+        vals = [integral(c[node], tree, m) for c, m in zip(cols, metrics, strict=True)]
         if not any(vals):
             continue
         stack = []
@@ -94,7 +100,7 @@ def encode(tree: Tree, metrics: list[str]) -> bytes:
             stack.append(loc_of[frame[n]])
             n = parent[n]
         samples.append(_field_bytes(2, _packed(1, stack) + _packed(2, vals)))
-    root_vals = [round(float(c[0])) for c in cols]
+    root_vals = [integral(c[0], tree, m) for c, m in zip(cols, metrics, strict=True)]
     if any(root_vals):
         # measured at the root itself (no frame): a sample with an empty stack
         samples.append(_field_bytes(2, _packed(2, root_vals)))

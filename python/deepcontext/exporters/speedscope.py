@@ -35,13 +35,25 @@ def document(tree: Tree, metrics: list[str], name: str) -> dict:
         frames.append(entry)
     # each node's thread: its ancestor among the root's children, when that is a thread frame
     thread = [0] * len(tree)
-    stacks: dict[int, list[int]] = {0: []}
     for node in range(1, len(tree)):
         p = parent[node]
         top = p == 0 and tree.frames[frame[node]].kind == "thread"
         thread[node] = node if top else thread[p]
-        stacks[node] = stacks[p] + [frame_index[frame[node]]]
     threads = np.asarray(thread, dtype=np.int64)
+    stacks: dict[int, list[int]] = {}
+
+    def stack(node: int) -> list[int]:
+        """The node's call path as frame indices, root side first: built by walking up, for the
+        sampled nodes only (the work is the size of the output)."""
+        if node not in stacks:
+            out = []
+            n = node
+            while n:
+                out.append(frame_index[frame[n]])
+                n = parent[n]
+            stacks[node] = out[::-1]
+        return stacks[node]
+
     profiles = []
     for m in metrics:
         exc = tree.metrics[m].exc
@@ -50,7 +62,8 @@ def document(tree: Tree, metrics: list[str], name: str) -> dict:
         per_thread: dict[int, list[int]] = {}
         for node in measured.tolist():
             per_thread.setdefault(thread[node], []).append(node)
-        order = sorted(per_thread, key=lambda t: -float(exc[threads == t].sum()))
+        sums = np.bincount(threads[measured], weights=exc[measured], minlength=len(tree))
+        order = sorted(per_thread, key=lambda t: -float(sums[t]))
         for t in order:
             nodes = per_thread[t]
             weights = [float(exc[n]) for n in nodes]
@@ -61,7 +74,7 @@ def document(tree: Tree, metrics: list[str], name: str) -> dict:
                     "unit": unit,
                     "startValue": 0,
                     "endValue": float(sum(weights)),
-                    "samples": [stacks[n] for n in nodes],
+                    "samples": [stack(n) for n in nodes],
                     "weights": weights,
                 }
             )

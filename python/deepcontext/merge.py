@@ -151,13 +151,18 @@ class _MetricAcc:
     def __init__(self, name: str, unit: str, desc: str):
         self.name, self.unit, self.desc = name, unit, desc
         self.inputs = 0
+        # Per node over the inputs so far (an input without the node or the metric counts as 0):
+        # sums, and m2, the sum of squared deviations from their mean, updated one input at a
+        # time (Welford) and across Mergers by Chan's rule: the std of values that are large and
+        # close together stays exact, where E[x^2] - mean^2 cancels to noise.
+        self.counted = 0  # inputs accounted for in sums and m2
         self.exc_sum = _Grow(0.0)
-        self.exc_sq = _Grow(0.0)
+        self.exc_m2 = _Grow(0.0)
         self.exc_min = _Grow(np.inf)
         self.exc_max = _Grow(0.0)
         self.exc_present = _Grow(0, np.int64)
         self.inc_sum = _Grow(0.0)
-        self.inc_sq = _Grow(0.0)
+        self.inc_m2 = _Grow(0.0)
         self.inc_min = _Grow(np.inf)
         self.inc_max = _Grow(0.0)
         self.argmax = _Grow(-1, np.int64)
@@ -165,6 +170,33 @@ class _MetricAcc:
         self.ev_min = _Grow(np.inf)
         self.ev_max = _Grow(-np.inf)
         self.seen_min_upto = 0  # nodes [0, seen_min_upto) have had their min initialised
+
+
+def _combine(sum_a, m2_a, n_a: int, sum_b, m2_b, n_b: int) -> None:
+    """Chan's rule, in place: (sum_a, m2_a) over n_a values joined by (sum_b, m2_b) over n_b
+    values (per node)."""
+    if n_b == 0:
+        return
+    if n_a == 0:
+        sum_a[:] = sum_b
+        m2_a[:] = m2_b
+        return
+    delta = sum_b / n_b - sum_a / n_a
+    m2_a += m2_b + delta * delta * (n_a * n_b / (n_a + n_b))
+    sum_a += sum_b
+
+
+def _pad_zeros(acc: _MetricAcc, inputs: int, n: int) -> None:
+    """Accounts for the inputs up to `inputs` that lacked this metric: each a 0 at every node."""
+    missing = inputs - acc.counted
+    if missing > 0:
+        zeros = np.zeros(n)
+        for total, m2 in (("exc_sum", "exc_m2"), ("inc_sum", "inc_m2")):
+            getattr(acc, total).ensure(n)
+            getattr(acc, m2).ensure(n)
+            _combine(getattr(acc, total).a[:n], getattr(acc, m2).a[:n], acc.counted, zeros,
+                     zeros, missing)  # fmt: skip
+        acc.counted = inputs
 
 
 class Merger:
@@ -206,7 +238,7 @@ class Merger:
                 self.props.setdefault((int(out[node]), key), value)
         self.inputs.append({"path": inp.path, "meta": inp.meta})
 
-    _SUMS = ("exc_sum", "exc_sq", "exc_present", "inc_sum", "inc_sq", "count")
+    _SUMS = ("exc_present", "count")
 
     def compact(self) -> Merger:
         """Trim the growable arrays to the merged size (before sending this Merger elsewhere)."""
@@ -223,6 +255,7 @@ class Merger:
         """Add the inputs merged by `other` (a Merger of the inputs that follow this one's), as
         if they had been added here one by one: the same tree, ids and statistics."""
         base = len(self.inputs)
+        k_other = len(other.inputs)
         no = other.n
         old_n = self.n
         frames: list = [None] * len(other.frames)
@@ -249,6 +282,16 @@ class Merger:
                     g.ensure(n)
             for attr in self._SUMS:
                 getattr(acc, attr).a[out] += getattr(acc_o, attr).a[:no]
+            _pad_zeros(acc, base, n)
+            _pad_zeros(acc_o, k_other, no)
+            for total, m2 in (("exc_sum", "exc_m2"), ("inc_sum", "inc_m2")):
+                sum_b = np.zeros(n)
+                m2_b = np.zeros(n)
+                sum_b[out] = getattr(acc_o, total).a[:no]
+                m2_b[out] = getattr(acc_o, m2).a[:no]
+                _combine(getattr(acc, total).a[:n], getattr(acc, m2).a[:n], base, sum_b, m2_b,
+                         k_other)  # fmt: skip
+            acc.counted = base + k_other
             # min across inputs, an input without the node counting as 0 (inf: not yet set,
             # which reads as 0 once some input had the metric)
             for attr in ("exc_min", "inc_min"):
@@ -325,12 +368,12 @@ class Merger:
         present = np.bincount(idx, minlength=n) > 0
         for g in (
             acc.exc_sum,
-            acc.exc_sq,
+            acc.exc_m2,
             acc.exc_min,
             acc.exc_max,
             acc.exc_present,
             acc.inc_sum,
-            acc.inc_sq,
+            acc.inc_m2,
             acc.inc_min,
             acc.inc_max,
             acc.argmax,
@@ -347,13 +390,13 @@ class Merger:
             acc.inc_min.a[lo:n] = start
             acc.seen_min_upto = n
         a = slice(0, n)
-        acc.exc_sum.a[a] += exc
-        acc.exc_sq.a[a] += exc * exc
+        _pad_zeros(acc, k, n)
+        _combine(acc.exc_sum.a[a], acc.exc_m2.a[a], k, exc, np.zeros(n), 1)
+        _combine(acc.inc_sum.a[a], acc.inc_m2.a[a], k, inc, np.zeros(n), 1)
+        acc.counted = k + 1
         np.minimum(acc.exc_min.a[a], exc, out=acc.exc_min.a[a])
         np.maximum(acc.exc_max.a[a], exc, out=acc.exc_max.a[a])
         acc.exc_present.a[a] += present
-        acc.inc_sum.a[a] += inc
-        acc.inc_sq.a[a] += inc * inc
         np.minimum(acc.inc_min.a[a], inc, out=acc.inc_min.a[a])
         higher = inc > acc.inc_max.a[a]
         acc.argmax.a[a][higher] = k
@@ -435,8 +478,9 @@ class Merger:
             exc_min[~np.isfinite(exc_min)] = 0.0
             inc_min[~np.isfinite(inc_min)] = 0.0
             exc_mean, inc_mean = exc_sum / N, inc_sum / N
-            exc_std = np.sqrt(np.maximum(acc.exc_sq.a[a] / N - exc_mean * exc_mean, 0.0))
-            inc_std = np.sqrt(np.maximum(acc.inc_sq.a[a] / N - inc_mean * inc_mean, 0.0))
+            _pad_zeros(acc, N, n)
+            exc_std = np.sqrt(np.maximum(acc.exc_m2.a[a] / N, 0.0))
+            inc_std = np.sqrt(np.maximum(acc.inc_m2.a[a] / N, 0.0))
             with np.errstate(divide="ignore", invalid="ignore"):
                 exc_imb = np.where(exc_mean > 0, acc.exc_max.a[a] / exc_mean, 0.0)
                 inc_imb = np.where(inc_mean > 0, acc.inc_max.a[a] / inc_mean, 0.0)

@@ -133,6 +133,7 @@ struct State {
   int scan_countdown = 0;  // ticks until /proc/self/task is read again
   nlink_t task_links = 0;  // link count of /proc/self/task at the last scan: 2 + threads
   bool scanned = false;    // the first scan (threads that were there when sampling started) done
+  bool python_ticked = false;  // the first tick over the Python threads done
   std::string process_comm;
   bool counters_ok = true;
   int threads_with_files = 0;
@@ -234,14 +235,20 @@ void tick(State &s, uint64_t wall_delta) {
     s.python_tids.push_back(static_cast<pid_t>(ts->native_thread_id));
 #endif
     if (hidden_python_thread(ts->thread_id)) continue;
+    if (s.threads.find(ts->thread_id) == s.threads.end() && profiler_thread(ts->thread_id)) {
+      g_hidden_python_threads.push_back(ts->thread_id);  // ours, seen before it hid itself
+      continue;
+    }
     auto [it, fresh] = s.threads.try_emplace(ts->thread_id);
     Sampled &st = it->second;
     st.seen = true;
     if (fresh) {
-      if (pthread_getcpuclockid(static_cast<pthread_t>(ts->thread_id), &st.clock) != 0) {
-        st.clock = CLOCK_THREAD_CPUTIME_ID;  // unusable; never matches another thread
-      }
-      st.last_cpu = now_ns(st.clock);
+      const bool clock_ok =
+          pthread_getcpuclockid(static_cast<pthread_t>(ts->thread_id), &st.clock) == 0;
+      if (!clock_ok) st.clock = CLOCK_THREAD_CPUTIME_ID;  // unusable; never matches another thread
+      // A thread that appeared after the first tick started within the profiled window: all of
+      // its CPU time counts, not only what it used after it was first seen.
+      st.last_cpu = s.python_ticked && clock_ok ? 0 : now_ns(st.clock);
       // The starting thread's CPU time since sampler_start is in the profiled window: counted.
       const bool starter = ts->thread_id == s.start_thread && s.start_cpu != 0;
       if (starter) st.last_cpu = s.start_cpu;
@@ -265,11 +272,7 @@ void tick(State &s, uint64_t wall_delta) {
         }
       }
 #endif
-      // Another thread's wall time counts from this tick (it started at most a tick ago), and a
-      // profiler thread hides itself (sampler_hide_current_thread) before the next one. The
-      // starting thread's CPU time since the start is counted now: a short program may see no
-      // other tick.
-      if (!starter || wall_delta == 0) continue;
+      if (wall_delta == 0) continue;
     }
     uint64_t cpu = now_ns(st.clock);
     uint64_t cpu_delta = cpu > st.last_cpu ? cpu - st.last_cpu : 0;
@@ -304,6 +307,7 @@ void tick(State &s, uint64_t wall_delta) {
       ++it;
     }
   }
+  s.python_ticked = true;
 }
 
 // Python threads whose tstate went since the last tick: the CPU time they used after their last

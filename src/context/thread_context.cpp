@@ -109,6 +109,10 @@ std::string threading_name(unsigned long ident) {
 
 void set_main_thread_id(unsigned long id) { g_main_thread = id; }
 
+bool profiler_thread(unsigned long thread_id) {
+  return threading_name(thread_id).rfind("deepcontext-", 0) == 0;
+}
+
 uint32_t thread_frame(unsigned long thread_id) {
   // Naming needs the GIL. A thread without it here (an autograd device thread, a thread seen
   // from the sampler) keeps its "thread <id>" frame until a call that holds the GIL names it,

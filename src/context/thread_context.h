@@ -62,6 +62,8 @@ dctx_node extend(dctx_node base, const uint32_t *frames, size_t n);
 // The frame id of a thread marker: the threading name of the thread when known (resolved only
 // while holding the GIL), else "thread <id>".
 uint32_t thread_frame(unsigned long thread_id);
+// Whether a Python thread is the profiler's own (threading name "deepcontext-..."); needs the GIL.
+bool profiler_thread(unsigned long thread_id);
 void set_main_thread_id(unsigned long id);
 
 }  // namespace dctx

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import deepcontext
+import pytest
 from core_helpers import line_of
 
 SHARES = """
@@ -106,7 +107,7 @@ def test_user_scopes_wrap_the_lines_inside(run_program):
 
 
 THREADS = """
-import threading
+import threading, time
 
 def spin(n):
     x = 0
@@ -114,23 +115,29 @@ def spin(n):
         x += i
     return x
 
+used = {}  # each worker's own CPU time, as the kernel counts it
+
 # Long enough for tens of samples each on a fast machine (the GIL hands off every 5 ms).
 def worker_a():
     spin(16_000_000)  # A
+    used["a"] = time.thread_time()
 
 def worker_b():
     spin(8_000_000)  # B
+    used["b"] = time.thread_time()
 
 ta = threading.Thread(target=worker_a, name="alpha")
 tb = threading.Thread(target=worker_b, name="beta")
 ta.start(); tb.start(); ta.join(); tb.join()
+print(used["a"], used["b"])
 # Tens of samples for the main thread too.
 spin(4_000_000)  # MAIN
 """
 
 
 def test_threads_are_attributed_separately(run_program):
-    _, out = run_program(THREADS)
+    proc, out = run_program(THREADS)
+    used_a, used_b = (float(v) * 1e9 for v in proc.stdout.split())
     p = deepcontext.load(out)
     threads = {n.frame.name: n for n in p.root.children if n.frame.kind == "thread"}
     assert {"alpha", "beta", "MainThread"} <= set(threads)
@@ -138,8 +145,10 @@ def test_threads_are_attributed_separately(run_program):
     b = by_line(p, "prog.py", line_of(THREADS, "# B"))
     assert threads["alpha"].inclusive("cpu_time") >= 0.9 * a > 0
     assert threads["beta"].inclusive("cpu_time") >= 0.9 * b > 0
-    # With the GIL the two workers interleave, yet CPU time follows the work: about 2:1.
-    assert 1.4 < a / b < 2.8
+    # With the GIL the two workers interleave, yet CPU time follows each thread's own: all of
+    # it, including what a thread used before the sampler first saw it.
+    assert a == pytest.approx(used_a, rel=0.1), (a, used_a)
+    assert b == pytest.approx(used_b, rel=0.1), (b, used_b)
     # Counted once: not a second time as a thread without Python when its tstate is gone.
     others = sum(
         n.inclusive("cpu_time")

@@ -5,16 +5,9 @@
 //                                                     elapsed time; no % where rows add up threads
 // Prints one JSON object {"checks": [...], "failures": [...], ...values read} and exits 1 on any
 // failure.
-import { launch, openApp } from "./browser.mjs";
+import { walk } from "./browser.mjs";
 
 const [url, outDir, mode] = process.argv.slice(2);
-const checks = [];
-const failures = [];
-const out = {};
-function check(name, ok, detail = "") {
-  checks.push(name);
-  if (!ok) failures.push(`${name}${detail ? ": " + detail : ""}`);
-}
 
 /** The table of `view` for `metric`: its header labels, the root row's cells, every % cell. */
 async function table(page, view, metric) {
@@ -30,11 +23,7 @@ async function table(page, view, metric) {
   return { heads: heads.map((h) => h.replace(/ [▲▼]$/, "")), root, percents: cells.filter((c) => c.endsWith("%")).map(parseFloat), note };
 }
 
-const browser = await launch();
-let page;
-let errors = [];
-try {
-  ({ page, errors } = await openApp(browser, url));
+await walk(url, outDir, async ({ page, check, out }) => {
   check("app loaded", (await page.evaluate(() => document.body.dataset.ready)) === "1", await page.evaluate(() => window.__dctx.error ?? ""));
   if (mode === "merged") {
     const top = await table(page, "top", "cpu_time:max");
@@ -84,13 +73,4 @@ try {
     const threads = bx.filter((b) => b.label.startsWith("[thread]"));
     check("flame graph draws the threads side by side", threads.length >= 2 && threads.reduce((s, b) => s + b.w, 0) <= bx[0].w + 1, JSON.stringify(threads));
   }
-} catch (e) {
-  failures.push(`exception: ${e.stack || e}`);
-  if (page) await page.screenshot({ path: `${outDir}/failure.png` }).catch(() => {});
-} finally {
-  await browser.close();
-}
-const pageErrors = errors.filter((e) => !/favicon/.test(e));
-if (pageErrors.length) failures.push(`page errors: ${pageErrors.join(" | ")}`);
-console.log(JSON.stringify({ checks, failures, ...out }));
-process.exit(failures.length ? 1 : 0);
+});

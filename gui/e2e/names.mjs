@@ -3,24 +3,14 @@
 //   node e2e/names.mjs URL SCREENSHOT_DIR
 // Prints one JSON object {"checks": [...], "failures": [...], "widths": {...}} and exits 1 on any
 // failure.
-import { launch, openApp } from "./browser.mjs";
+import { walk } from "./browser.mjs";
 
 const [url, outDir] = process.argv.slice(2);
 const VW = 1280;
-const checks = [];
-const failures = [];
-const widths = {};
-function check(name, ok, detail = "") {
-  checks.push(name);
-  if (!ok) failures.push(`${name}${detail ? ": " + detail : ""}`);
-}
 const near = (a, b) => Math.abs(a - b) <= 2;
 
-const browser = await launch();
-let page;
-let errors = [];
-try {
-  ({ page, errors } = await openApp(browser, url, { width: VW, height: 800 }));
+await walk(url, outDir, async ({ page, check, out }) => {
+  const widths = (out.widths = {});
   check("app loaded", (await page.evaluate(() => document.body.dataset.ready)) === "1");
   check("no partial-profile banner for a finished run", await page.locator("#banner").isHidden());
   const hash = () => page.evaluate(() => decodeURIComponent(location.hash));
@@ -105,13 +95,4 @@ try {
   const whereText = await where.textContent();
   check("details show the short path", /deep\.py:\d+/.test(whereText) && !whereText.includes("/deep.py"), whereText);
   check("details' full path on hover", /^\/.*\/deep\.py:\d+$/.test(await where.getAttribute("title")), await where.getAttribute("title"));
-} catch (e) {
-  failures.push(`exception: ${e.stack || e}`);
-  if (page) await page.screenshot({ path: `${outDir}/failure.png` }).catch(() => {});
-} finally {
-  await browser.close();
-}
-const pageErrors = errors.filter((e) => !/favicon/.test(e));
-if (pageErrors.length) failures.push(`page errors: ${pageErrors.join(" | ")}`);
-console.log(JSON.stringify({ checks, failures, widths }));
-process.exit(failures.length ? 1 : 0);
+}, { width: VW, height: 800 });
